@@ -1,0 +1,42 @@
+# digideep: `make train` runs the default training, `make test` runs the test suite.
+# Both create .venv with every dependency when it is missing (only Python 3.11 and make are needed).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PARAMS ?= params.pendulum_sac
+CPANEL ?= {}
+PYTEST_ARGS ?=
+
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MUJOCO_GL ?= egl
+
+.PHONY: install train test test-slow lint format bench clean-data
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed ## create .venv and install digideep with its dev tools
+
+train: install ## run the default training (PARAMS=params.x CPANEL='{"seed": 1}' to change it)
+	$(BIN)/digideep train --params $(PARAMS) --cpanel '$(CPANEL)'
+
+test: install ## run the test suite (learning runs marked slow are left out)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-slow: install ## run the slow learning tests only
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+lint: install ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean-data: ## delete every session, the MLflow store and artifacts under data/
+	find data -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

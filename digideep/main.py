@@ -1,0 +1,195 @@
+"""Command line: ``python -m digideep.main`` (the original entry point) and the ``digideep`` script.
+
+::
+
+    python -m digideep.main --params params.pendulum_sac [--cpanel JSON] [--session-name N]
+                            [--session-path P] [--log-level L] [--no-prefect]
+    python -m digideep.main --resume SESSION
+    python -m digideep.main --play --load-checkpoint PATH
+
+    digideep train --params params.pendulum_sac [--cpanel JSON] ...
+    digideep resume SESSION
+    digideep play CHECKPOINT [--video]
+    digideep runs [compare RUN ...]
+
+Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
+with code 2, before anything is written to disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from digideep.errors import UsageError
+from digideep.pipeline.params import ResolvedParams, resolve_params
+from digideep.pipeline.session import DEFAULT_ROOT, Session
+
+__all__ = ["cli", "main"]
+
+log = logging.getLogger("digideep")
+EXIT_USAGE = 2
+
+
+def _add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument(
+        "--params",
+        required=required,
+        metavar="MODULE",
+        help="parameter file, e.g. params.pendulum_sac (a module under ./params with cpanel and gen_params)",
+    )
+    parser.add_argument(
+        "--cpanel", metavar="JSON", help="cpanel overrides as a JSON object, e.g. '{\"seed\": 1}'"
+    )
+    parser.add_argument(
+        "--session-name", metavar="NAME", help="session folder name (default: time and params name)"
+    )
+    _add_common_options(parser)
+    parser.add_argument(
+        "--no-prefect",
+        action="store_true",
+        help="run the plain Runner.train() loop instead of the Prefect train flow",
+    )
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--session-path",
+        metavar="PATH",
+        default=str(DEFAULT_ROOT),
+        help=f"folder holding sessions (default: {DEFAULT_ROOT})",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="console log level (default: INFO)",
+    )
+
+
+def _setup_logging(level: str) -> None:
+    root = logging.getLogger()
+    if not any(getattr(h, "_digideep_console", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+        handler._digideep_console = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+# -- commands -----------------------------------------------------------------------------------
+def command_train(args: argparse.Namespace) -> int:
+    """Validate the params, create the session and train (Prefect flow unless ``--no-prefect``)."""
+    resolved = resolve_params(args.params, args.cpanel)  # all validation happens before disk is touched
+    session = Session(
+        root=args.session_path,
+        name=args.session_name,
+        params_name=resolved.module,
+        torch_threads=resolved.params.get("session", {}).get("torch_threads"),
+    )
+    with session:
+        session.write_params(resolved.module, resolved.cpanel, resolved.params)
+        log.info("params %s with cpanel %s", resolved.module, json.dumps(resolved.cpanel))
+        return _train(session, resolved, use_prefect=not args.no_prefect)
+
+
+def _train(session: Session, resolved: ResolvedParams, use_prefect: bool) -> int:
+    log.info("resolved params:\n%s", json.dumps(resolved.params, indent=2, default=str))
+    log.warning(
+        "training is not implemented yet (the Runner arrives with issue 6); session %s created", session.path
+    )
+    return 0
+
+
+def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
+    def command(args: argparse.Namespace) -> int:
+        raise UsageError(f"'{name}' is not available yet in this version of digideep")
+
+    return command
+
+
+# -- parsers ------------------------------------------------------------------------------------
+def _build_cli_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="digideep",
+        description="Deep reinforcement learning with resumable Prefect pipelines, Zarr memory and MLflow tracking.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train", help="train from a parameter file", description="Train from a parameter file."
+    )
+    _add_train_options(train, required=True)
+    train.set_defaults(func=command_train)
+
+    resume = sub.add_parser("resume", help="continue a session from its newest checkpoint")
+    resume.add_argument("session", help="session name (under --session-path) or path")
+    _add_common_options(resume)
+    resume.set_defaults(func=_not_yet("resume"))
+
+    play = sub.add_parser("play", help="run a checkpoint's policy deterministically and print the returns")
+    play.add_argument("checkpoint", help="checkpoint folder, e.g. data/sessions/S/checkpoints/checkpoint-100")
+    play.add_argument("--video", action="store_true", help="write an MP4 per episode")
+    _add_common_options(play)
+    play.set_defaults(func=_not_yet("play"))
+
+    runs = sub.add_parser("runs", help="list and compare runs tracked in MLflow")
+    runs.add_argument("rest", nargs=argparse.REMAINDER, help="[compare RUN ...] and options")
+    runs.set_defaults(func=_not_yet("runs"))
+    return parser
+
+
+def _build_main_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m digideep.main", description="digideep, original entry point: train, resume or play."
+    )
+    _add_train_options(parser, required=False)
+    parser.add_argument("--resume", metavar="SESSION", help="continue SESSION from its newest checkpoint")
+    parser.add_argument(
+        "--play", action="store_true", help="play the checkpoint given with --load-checkpoint"
+    )
+    parser.add_argument("--load-checkpoint", metavar="PATH", help="checkpoint folder to play")
+    parser.add_argument("--video", action="store_true", help="with --play: write an MP4 per episode")
+    return parser
+
+
+def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level)
+    try:
+        return func(args)
+    except UsageError as error:
+        print(f"digideep: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("digideep: interrupted", file=sys.stderr)
+        return 130
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``digideep`` console script."""
+    args = _build_cli_parser().parse_args(argv)
+    return _run(args.func, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m digideep.main``."""
+    parser = _build_main_parser()
+    args = parser.parse_args(argv)
+    if args.play:
+        if not args.load_checkpoint:
+            parser.error("--play needs --load-checkpoint PATH")
+        args.checkpoint = args.load_checkpoint
+        return _run(_not_yet("play"), args)
+    if args.resume:
+        args.session = args.resume
+        return _run(_not_yet("resume"), args)
+    if not args.params:
+        parser.error("one of --params, --resume or --play is required")
+    return _run(command_train, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

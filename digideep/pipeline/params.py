@@ -1,0 +1,176 @@
+"""Parameter files: find the module, validate the cpanel, generate the params tree.
+
+A parameter file ``params/<name>.py`` holds a module-level ``cpanel`` dict (the "control panel" of
+knobs, each commented) and ``gen_params(cpanel) -> dict``, the whole params tree in one place.
+``--cpanel '{"model_name": "Hopper-v5"}'`` overrides knobs. Everything here runs before anything
+touches disk, and every problem raises :class:`~digideep.errors.UsageError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from digideep.errors import UsageError
+
+__all__ = [
+    "ResolvedParams",
+    "apply_cpanel",
+    "available_params",
+    "load_params_module",
+    "parse_cpanel",
+    "resolve_params",
+]
+
+PARAMS_PACKAGE = "params"
+
+
+@dataclass(frozen=True)
+class ResolvedParams:
+    """A parameter file resolved with its cpanel overrides.
+
+    Attributes:
+        module: the module name, e.g. ``params.pendulum_sac``.
+        cpanel: the full cpanel after overrides.
+        params: the params tree that ``gen_params(cpanel)`` returned.
+    """
+
+    module: str
+    cpanel: dict[str, Any]
+    params: dict[str, Any]
+
+    @property
+    def short_name(self) -> str:
+        """The module's last component, e.g. ``pendulum_sac``."""
+        return self.module.rsplit(".", 1)[-1]
+
+
+def _search_root() -> Path:
+    return Path.cwd()
+
+
+def available_params(root: Path | None = None) -> list[str]:
+    """Module names of the parameter files under ``<root>/params`` (``root`` defaults to the cwd)."""
+    folder = (root or _search_root()) / PARAMS_PACKAGE
+    return sorted(f"{PARAMS_PACKAGE}.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def _normalise_module_name(name: str) -> str:
+    """Accept ``params.x``, ``x`` and ``params/x.py``; return a dotted module name."""
+    if name.endswith(".py"):
+        name = name[: -len(".py")].replace("/", ".").replace("\\", ".")
+    return name if "." in name else f"{PARAMS_PACKAGE}.{name}"
+
+
+def load_params_module(name: str) -> ModuleType:
+    """Import a parameter file and check it has ``cpanel`` and ``gen_params``.
+
+    Raises:
+        UsageError: the module does not exist (the message lists those that do) or lacks a part.
+    """
+    module_name = _normalise_module_name(name)
+    root = str(_search_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and not module_name.startswith(error.name):
+            raise  # the params file exists but imports something missing: a real bug, show it
+        choices = ", ".join(available_params()) or f"none found under {Path(root) / PARAMS_PACKAGE}"
+        raise UsageError(f"params module '{module_name}' not found; available: {choices}") from None
+    if not isinstance(getattr(module, "cpanel", None), dict) or not callable(
+        getattr(module, "gen_params", None)
+    ):
+        raise UsageError(
+            f"params module '{module_name}' must define a dict 'cpanel' and a function 'gen_params(cpanel)'"
+        )
+    return module
+
+
+def parse_cpanel(text: str | None) -> dict[str, Any]:
+    """Parse the ``--cpanel`` JSON object.
+
+    Raises:
+        UsageError: invalid JSON (naming line, column and character) or not a JSON object.
+    """
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"invalid --cpanel JSON at line {error.lineno} column {error.colno} (char {error.pos}): {error.msg}"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--cpanel must be a JSON object like '{{\"seed\": 1}}', got {type(value).__name__}")
+    return value
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _accepts(default: Any, value: Any) -> bool:
+    """Whether ``value`` may replace ``default``: same JSON type; an int may stand for a float."""
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    if isinstance(default, int):
+        return isinstance(value, int)
+    if isinstance(default, list | tuple):
+        return isinstance(value, list)
+    return isinstance(value, type(default))
+
+
+def apply_cpanel(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return ``defaults`` updated with ``overrides`` after checking every key and type.
+
+    Raises:
+        UsageError: an unknown key (naming the closest valid key and all valid keys) or a wrong type.
+    """
+    cpanel = dict(defaults)
+    for key, value in overrides.items():
+        if key not in defaults:
+            close = difflib.get_close_matches(key, defaults, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UsageError(f"unknown cpanel key '{key}'; {hint}valid keys: {', '.join(sorted(defaults))}")
+        if not _accepts(defaults[key], value):
+            raise UsageError(
+                f"cpanel key '{key}' expects {_type_name(defaults[key])}, got {_type_name(value)} ({json.dumps(value)})"
+            )
+        cpanel[key] = float(value) if isinstance(defaults[key], float) and isinstance(value, int) else value
+    return cpanel
+
+
+def resolve_params(
+    name: str, cpanel_json: str | None = None, overrides: dict[str, Any] | None = None
+) -> ResolvedParams:
+    """Load a parameter file, apply the cpanel overrides and generate the params tree.
+
+    Args:
+        name: ``params.<name>``, ``<name>`` or ``params/<name>.py``.
+        cpanel_json: the ``--cpanel`` JSON text, if any.
+        overrides: cpanel overrides already parsed (applied after ``cpanel_json``).
+    """
+    module = load_params_module(name)
+    requested = {**parse_cpanel(cpanel_json), **(overrides or {})}
+    cpanel = apply_cpanel(module.cpanel, requested)
+    params = module.gen_params(dict(cpanel))
+    if not isinstance(params, dict):
+        raise UsageError(
+            f"gen_params() of '{module.__name__}' returned {type(params).__name__}, expected dict"
+        )
+    return ResolvedParams(module=module.__name__, cpanel=cpanel, params=params)

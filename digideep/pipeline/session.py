@@ -1,0 +1,239 @@
+"""The Session: one run's folder, its lock, its log file and its device.
+
+A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
+
+    cpanel.json        the cpanel after overrides
+    params.json        the resolved params tree
+    session.json       params module, creation time, digideep version, tracking ids
+    log.txt            a copy of the console log
+    checkpoints/       checkpoint-<iteration>/{runner.json, states.pt}
+    memory/<name>.zarr the durable copies of the replay memories
+    videos/            evaluation videos
+    .lock              the pid and host of the process using the session
+    done.json          written when training finished
+
+Only one process may use a session at a time: a second one is refused with a message, and a lock
+left by a dead process on this host is recognised as stale and taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from digideep import __version__
+from digideep.errors import UsageError
+from digideep.utility.files import atomic_write_json
+
+__all__ = ["Session", "default_session_name"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROOT = Path("data") / "sessions"
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def default_session_name(params_name: str) -> str:
+    """``<YYYYmmdd-HHMMSS>-<params name>``, e.g. ``20261121-203000-pendulum_sac``."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{params_name.rsplit('.', 1)[-1]}"
+
+
+class Session:
+    """A run folder with a lock, a log file and the compute device.
+
+    Args:
+        root: folder that holds sessions.
+        name: the session's name; generated from the time and ``params_name`` when None.
+        params_name: the parameter module's name, used for generated names.
+        resume: open an existing session instead of creating a new one.
+        torch_threads: ``torch.set_num_threads`` value, when given.
+        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
+
+    Raises:
+        UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
+            True), or is locked by a live process.
+    """
+
+    def __init__(
+        self,
+        root: str | Path = DEFAULT_ROOT,
+        name: str | None = None,
+        params_name: str = "session",
+        *,
+        resume: bool = False,
+        torch_threads: int | None = None,
+        device: str = "auto",
+    ) -> None:
+        self.name = name or default_session_name(params_name)
+        self.path = Path(root) / self.name
+        if resume and not self.path.is_dir():
+            raise UsageError(f"session '{self.path}' does not exist; list sessions with 'ls {root}'")
+        if not resume and self.path.exists():
+            raise UsageError(
+                f"session '{self.path}' already exists; resume it or choose another --session-name"
+            )
+        self._lock_path = self.path / ".lock"
+        self._log_handler: logging.Handler | None = None
+        self.path.mkdir(parents=True, exist_ok=resume)
+        try:
+            self._acquire_lock()
+        except BaseException:
+            if not resume:
+                _remove_empty_tree(self.path)
+            raise
+        for folder in (self.checkpoints_path, self.videos_path, self.path / "memory"):
+            folder.mkdir(exist_ok=True)
+        self._attach_log_file()
+        self.device = _pick_device(device)
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        log.info("session %s on %s (%s)", self.path, self.device, "resumed" if resume else "new")
+
+    # -- paths ---------------------------------------------------------------------------------
+    @property
+    def checkpoints_path(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def videos_path(self) -> Path:
+        return self.path / "videos"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "log.txt"
+
+    def memory_path(self, name: str) -> Path:
+        """Folder of the Zarr group of memory ``name``."""
+        return self.path / "memory" / f"{name}.zarr"
+
+    # -- metadata ------------------------------------------------------------------------------
+    def write_params(self, module: str, cpanel: dict[str, Any], params: dict[str, Any]) -> None:
+        """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically)."""
+        atomic_write_json(self.path / "cpanel.json", cpanel)
+        atomic_write_json(self.path / "params.json", params)
+        self.update_info(
+            params_module=module, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), version=__version__
+        )
+
+    def read_json(self, filename: str) -> dict[str, Any]:
+        """Read one of the session's JSON files (``params.json``, ``cpanel.json``, ``session.json``)."""
+        path = self.path / filename
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UsageError(f"session file '{path}' is missing; the session is incomplete") from None
+        except json.JSONDecodeError as error:
+            raise UsageError(
+                f"session file '{path}' is not valid JSON ({error.msg}); the file is damaged"
+            ) from None
+
+    def info(self) -> dict[str, Any]:
+        """The contents of ``session.json`` (empty before :meth:`write_params`)."""
+        path = self.path / "session.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def update_info(self, **fields: Any) -> None:
+        """Merge ``fields`` into ``session.json`` (e.g. the MLflow run id, the Prefect flow-run id)."""
+        atomic_write_json(self.path / "session.json", {**self.info(), **fields})
+
+    @property
+    def is_done(self) -> bool:
+        return (self.path / "done.json").exists()
+
+    def mark_done(self, **summary: Any) -> None:
+        """Record that training finished; a later resume says so instead of training again."""
+        atomic_write_json(
+            self.path / "done.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **summary}
+        )
+
+    # -- lock and log --------------------------------------------------------------------------
+    def _acquire_lock(self) -> None:
+        owner = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                fd = os.open(self._lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = _read_lock(self._lock_path)
+                if holder and _is_alive(holder):
+                    raise UsageError(
+                        f"session '{self.path}' is in use by process {holder['pid']} on {holder['host']}; "
+                        "wait for it to finish or stop it"
+                    ) from None
+                log.warning("removing stale lock of session %s (holder %s is gone)", self.path, holder)
+                self._lock_path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as file:
+                json.dump(owner, file)
+            return
+        raise UsageError(f"could not lock session '{self.path}'; another process is taking it")
+
+    def _attach_log_file(self) -> None:
+        handler = logging.FileHandler(self.log_path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logging.getLogger().addHandler(handler)
+        self._log_handler = handler
+
+    def close(self) -> None:
+        """Release the lock and detach the log file. Safe to call twice."""
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+        holder = _read_lock(self._lock_path)
+        if holder and holder.get("pid") == os.getpid():
+            self._lock_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session({str(self.path)!r})"
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _is_alive(holder: dict[str, Any]) -> bool:
+    """Whether the lock holder still runs. A holder on another host is assumed alive."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or not psutil.pid_exists(pid):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _remove_empty_tree(path: Path) -> None:
+    """Remove ``path`` if it holds nothing but empty folders (a session that never started)."""
+    for child in sorted(path.rglob("*"), reverse=True):
+        if child.is_dir():
+            child.rmdir()
+        else:
+            return
+    path.rmdir()
+
+
+def _pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"device '{device}' requested but CUDA is not available; use 'cpu' or 'auto'")
+    return torch.device(device)

@@ -1,0 +1,41 @@
+"""Atomic file writes: write a temporary sibling, fsync, rename into place."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_json", "atomic_write_text", "fsync_dir"]
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry so that a rename inside it survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | Path, value: Any) -> None:
+    """:func:`atomic_write_text` of ``value`` as indented JSON."""
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,47 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+DEMO_PARAMS = '''
+"""A small parameter file for tests of the params machinery."""
+
+cpanel = {
+    "model_name": "Pendulum-v1",  # Gymnasium id
+    "seed": 0,  # seed of everything
+    "lr": 0.001,  # learning rate
+    "number_epochs": 2,  # epochs to train
+    "deterministic_test": True,  # a bool knob
+    "hidden_sizes": [64, 64],  # a list knob
+}
+
+
+def gen_params(cpanel):
+    return {"env": {"model_name": cpanel["model_name"]}, "agents": {"agent": {"args": {"lr": cpanel["lr"]}}},
+            "runner": {"number_epochs": cpanel["number_epochs"], "seed": cpanel["seed"]}}
+'''
+
+
+@pytest.fixture
+def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder with ``params/demo.py``, made the cwd; the ``params`` package is re-imported."""
+    folder = tmp_path / "params"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "demo.py").write_text(textwrap.dedent(DEMO_PARAMS))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in [m for m in sys.modules if m == "params" or m.startswith("params.")]:
+        monkeypatch.delitem(sys.modules, name)
+    return tmp_path

@@ -1,0 +1,53 @@
+import pytest
+
+from digideep.errors import UsageError
+from digideep.pipeline.params import apply_cpanel, parse_cpanel, resolve_params
+
+
+def test_resolve_applies_overrides_and_generates_the_tree(params_project):
+    resolved = resolve_params("params.demo", '{"model_name": "Hopper-v5", "lr": 1}')
+    assert resolved.module == "params.demo" and resolved.short_name == "demo"
+    assert resolved.cpanel["model_name"] == "Hopper-v5"
+    assert resolved.cpanel["lr"] == 1.0 and isinstance(resolved.cpanel["lr"], float)
+    assert resolved.params["env"]["model_name"] == "Hopper-v5"
+
+
+@pytest.mark.parametrize("name", ["params.demo", "demo", "params/demo.py"])
+def test_module_name_forms(params_project, name):
+    assert resolve_params(name).module == "params.demo"
+
+
+def test_missing_module_lists_those_that_exist(params_project):
+    with pytest.raises(UsageError, match=r"params module 'params\.nope' not found; available: params\.demo"):
+        resolve_params("params.nope")
+
+
+def test_invalid_json_names_the_position():
+    with pytest.raises(UsageError, match=r"invalid --cpanel JSON at line 1 column 10 \(char 9\)"):
+        parse_cpanel('{"seed": }')
+
+
+def test_cpanel_must_be_an_object():
+    with pytest.raises(UsageError, match="must be a JSON object"):
+        parse_cpanel("[1, 2]")
+
+
+def test_unknown_key_names_the_closest_and_the_valid_keys():
+    with pytest.raises(UsageError, match=r"unknown cpanel key 'seeds'; did you mean 'seed'\? valid keys: lr, seed"):
+        apply_cpanel({"seed": 0, "lr": 0.1}, {"seeds": 1})
+
+
+@pytest.mark.parametrize(
+    ("default", "value", "message"),
+    [
+        (0, "3", "expects int, got string"),
+        (0, 1.5, "expects int, got float"),
+        (0, True, "expects int, got bool"),
+        (True, 1, "expects bool, got int"),
+        ("x", 3, "expects string, got int"),
+        ([1], {"a": 1}, "expects list, got object"),
+    ],
+)
+def test_wrong_types_are_refused(default, value, message):
+    with pytest.raises(UsageError, match=message):
+        apply_cpanel({"k": default}, {"k": value})

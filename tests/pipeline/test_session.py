@@ -1,0 +1,66 @@
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from digideep.errors import UsageError
+from digideep.pipeline.session import Session
+
+
+def test_new_session_creates_its_layout_and_files(tmp_path):
+    with Session(root=tmp_path, name="s1", params_name="params.demo") as session:
+        session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
+        logging.getLogger("digideep.test").warning("hello log file")
+        assert session.checkpoints_path.is_dir() and session.videos_path.is_dir()
+        assert session.memory_path("train") == tmp_path / "s1" / "memory" / "train.zarr"
+        assert json.loads((session.path / "params.json").read_text()) == {"runner": {"seed": 0}}
+        assert session.info()["params_module"] == "params.demo"
+        assert str(session.device) == "cpu"
+    assert "hello log file" in (tmp_path / "s1" / "log.txt").read_text()
+    assert not (tmp_path / "s1" / ".lock").exists()
+
+
+def test_generated_name_has_time_and_params_name(tmp_path):
+    with Session(root=tmp_path, params_name="params.pendulum_sac") as session:
+        assert session.name.endswith("-pendulum_sac")
+
+
+def test_existing_session_is_not_overwritten(tmp_path):
+    Session(root=tmp_path, name="s").close()
+    with pytest.raises(UsageError, match="already exists"):
+        Session(root=tmp_path, name="s")
+
+
+def test_resume_of_a_missing_session_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        Session(root=tmp_path, name="missing", resume=True)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_second_process_is_refused_while_the_first_holds_the_lock(tmp_path):
+    with Session(root=tmp_path, name="s"):
+        code = (
+            "import sys\nfrom digideep.pipeline.session import Session\nfrom digideep.errors import UsageError\n"
+            f"try:\n    Session(root={str(tmp_path)!r}, name='s', resume=True)\n"
+            "except UsageError as e:\n    print(e); sys.exit(2)\n"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "is in use by process" in result.stdout
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+    code = f"from digideep.pipeline.session import Session\nSession(root={str(tmp_path)!r}, name='s')\nimport os\nos._exit(0)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert (tmp_path / "s" / ".lock").exists()  # the dead process never released it
+    with Session(root=tmp_path, name="s", resume=True) as session:
+        assert session.path.is_dir()
+
+
+def test_done_marker(tmp_path):
+    with Session(root=tmp_path, name="s") as session:
+        assert not session.is_done
+        session.mark_done(iterations=3)
+        assert session.is_done
