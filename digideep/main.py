@@ -19,14 +19,14 @@ with code 2, before anything is written to disk.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from digideep.errors import UsageError
-from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.pipeline.params import resolve_params
+from digideep.pipeline.session import DEFAULT_ROOT
 
 __all__ = ["cli", "main"]
 
@@ -82,25 +82,80 @@ def _setup_logging(level: str) -> None:
 
 # -- commands -----------------------------------------------------------------------------------
 def command_train(args: argparse.Namespace) -> int:
-    """Validate the params, create the session and train (Prefect flow unless ``--no-prefect``)."""
-    resolved = resolve_params(args.params, args.cpanel)  # all validation happens before disk is touched
-    session = Session(
-        root=args.session_path,
-        name=args.session_name,
-        params_name=resolved.module,
-        torch_threads=resolved.params.get("session", {}).get("torch_threads"),
+    """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
+    resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
+    if args.session_name and (Path(args.session_path) / args.session_name).exists():
+        raise UsageError(
+            f"session '{Path(args.session_path) / args.session_name}' already exists; "
+            "resume it with 'digideep resume' or choose another --session-name"
+        )
+    return _train(
+        args.params,
+        args.cpanel,
+        args.session_name,
+        args.session_path,
+        resume=False,
+        no_prefect=args.no_prefect,
     )
-    with session:
-        session.write_params(resolved.module, resolved.cpanel, resolved.params)
-        log.info("params %s with cpanel %s", resolved.module, json.dumps(resolved.cpanel))
-        return _train(session, resolved, use_prefect=not args.no_prefect)
 
 
-def _train(session: Session, resolved: ResolvedParams, use_prefect: bool) -> int:
-    log.info("resolved params:\n%s", json.dumps(resolved.params, indent=2, default=str))
-    log.warning(
-        "training is not implemented yet (the Runner arrives with issue 6); session %s created", session.path
-    )
+def command_resume(args: argparse.Namespace) -> int:
+    """Continue a session from its newest complete checkpoint."""
+    root, name = _split_session(args.session, args.session_path)
+    return _train(None, None, name, root, resume=True, no_prefect=getattr(args, "no_prefect", True))
+
+
+def _split_session(session: str, session_path: str) -> tuple[str, str]:
+    """Accept a session name (under ``session_path``) or a path to the session folder."""
+    path = Path(session)
+    if path.is_dir() and (path / "params.json").exists():
+        return str(path.parent), path.name
+    return session_path, session
+
+
+def _train(
+    params: str | None, cpanel: str | None, name: str | None, root: str, *, resume: bool, no_prefect: bool
+) -> int:
+    from digideep.pipeline.params import parse_cpanel
+    from digideep.pipeline.training import open_run, run_training
+
+    if no_prefect:
+        handle = open_run(params, cpanel, session_name=name, session_path=root, resume=resume)
+        reason = run_training(handle)
+    else:
+        _import_flows()
+        from flows.train import train
+
+        result = train(
+            params=params or "",
+            cpanel=parse_cpanel(cpanel),
+            session_name=name,
+            session_path=root,
+            resume=resume,
+        )
+        reason = result["stopped"]
+    log.info("done: %s", reason)
+    return 0
+
+
+def _import_flows() -> None:
+    """Make ``flows/`` (beside ``params/`` in the project folder) importable."""
+    root = str(Path.cwd())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    if not (Path(root) / "flows" / "train.py").is_file():
+        raise UsageError(f"no flows/train.py under {root}; run from the project folder or pass --no-prefect")
+
+
+def command_play(args: argparse.Namespace) -> int:
+    """Play a checkpoint deterministically and print the returns."""
+    from digideep.pipeline.play import play
+
+    returns = play(args.checkpoint, episodes=args.episodes, video=args.video)
+    for index, value in enumerate(returns):
+        print(f"episode {index}: return {value:.2f}")
+    if returns:
+        print(f"mean return {sum(returns) / len(returns):.2f} over {len(returns)} episodes")
     return 0
 
 
@@ -128,13 +183,17 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="continue a session from its newest checkpoint")
     resume.add_argument("session", help="session name (under --session-path) or path")
     _add_common_options(resume)
-    resume.set_defaults(func=_not_yet("resume"))
+    resume.add_argument("--no-prefect", action="store_true", help="run the plain Runner.train() loop")
+    resume.set_defaults(func=command_resume)
 
     play = sub.add_parser("play", help="run a checkpoint's policy deterministically and print the returns")
     play.add_argument("checkpoint", help="checkpoint folder, e.g. data/sessions/S/checkpoints/checkpoint-100")
-    play.add_argument("--video", action="store_true", help="write an MP4 per episode")
+    play.add_argument("--video", action="store_true", help="write an MP4 per episode under <session>/videos")
+    play.add_argument(
+        "--episodes", type=int, help="episodes to play (default: the eval explorer's n_episodes)"
+    )
     _add_common_options(play)
-    play.set_defaults(func=_not_yet("play"))
+    play.set_defaults(func=command_play)
 
     runs = sub.add_parser("runs", help="list and compare runs tracked in MLflow")
     runs.add_argument("rest", nargs=argparse.REMAINDER, help="[compare RUN ...] and options")
@@ -153,6 +212,7 @@ def _build_main_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--load-checkpoint", metavar="PATH", help="checkpoint folder to play")
     parser.add_argument("--video", action="store_true", help="with --play: write an MP4 per episode")
+    parser.add_argument("--episodes", type=int, help="with --play: episodes to play")
     return parser
 
 
@@ -182,10 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.load_checkpoint:
             parser.error("--play needs --load-checkpoint PATH")
         args.checkpoint = args.load_checkpoint
-        return _run(_not_yet("play"), args)
+        return _run(command_play, args)
     if args.resume:
         args.session = args.resume
-        return _run(_not_yet("resume"), args)
+        return _run(command_resume, args)
     if not args.params:
         parser.error("one of --params, --resume or --play is required")
     return _run(command_train, args)

@@ -56,6 +56,8 @@ class Session:
         resume: open an existing session instead of creating a new one.
         torch_threads: ``torch.set_num_threads`` value, when given.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
+        lock: take the session's lock and copy the log into it. ``False`` opens an existing
+            session for reading (playing a checkpoint while training goes on).
 
     Raises:
         UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
@@ -71,6 +73,7 @@ class Session:
         resume: bool = False,
         torch_threads: int | None = None,
         device: str = "auto",
+        lock: bool = True,
     ) -> None:
         self.name = name or default_session_name(params_name)
         self.path = Path(root) / self.name
@@ -82,16 +85,19 @@ class Session:
             )
         self._lock_path = self.path / ".lock"
         self._log_handler: logging.Handler | None = None
+        self._locked = lock
         self.path.mkdir(parents=True, exist_ok=resume)
-        try:
-            self._acquire_lock()
-        except BaseException:
-            if not resume:
-                _remove_empty_tree(self.path)
-            raise
+        if lock:
+            try:
+                self._acquire_lock()
+            except BaseException:
+                if not resume:
+                    _remove_empty_tree(self.path)
+                raise
         for folder in (self.checkpoints_path, self.videos_path, self.path / "memory"):
             folder.mkdir(exist_ok=True)
-        self._attach_log_file()
+        if lock:
+            self._attach_log_file()
         self.device = _pick_device(device)
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -187,9 +193,11 @@ class Session:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
-        holder = _read_lock(self._lock_path)
-        if holder and holder.get("pid") == os.getpid():
-            self._lock_path.unlink(missing_ok=True)
+        if self._locked:
+            holder = _read_lock(self._lock_path)
+            if holder and holder.get("pid") == os.getpid():
+                self._lock_path.unlink(missing_ok=True)
+            self._locked = False
 
     def __enter__(self) -> Session:
         return self

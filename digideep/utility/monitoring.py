@@ -123,6 +123,12 @@ class Monitor:
             items = sorted(self._entries.items())
             return {name: entry.stats() for name, entry in items if _has_values(entry)}
 
+    def window_values(self, name: str) -> list[float]:
+        """The values a window of :meth:`set_window` holds now, oldest first (empty if none)."""
+        with self._lock:
+            entry = self._entries.get(name)
+            return list(entry.values) if isinstance(entry, _Window) else []
+
     def reset(self) -> None:
         """Start a new interval: per-interval sums are cleared, windows are kept."""
         with self._lock:

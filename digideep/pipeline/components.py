@@ -1,0 +1,116 @@
+"""Build a run's components (agents, memories, explorers) from its params tree.
+
+The params tree names classes by dotted path (``"type": "digideep.agents.sac.SAC"``) and gives each
+component its own slice of keyword arguments; this module is the one place that knows how those
+slices reach the constructors (see ``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from digideep.environment.explorer import Explorer
+from digideep.environment.make_environment import MakeEnvironment
+from digideep.errors import UsageError
+from digideep.pipeline.session import Session
+from digideep.utility.imports import import_object
+
+__all__ = ["Built", "build", "check_classes", "copy_normalizers", "load_normalizers", "restore_memory"]
+
+
+@dataclass
+class Built:
+    """The live objects of a run."""
+
+    agents: dict[str, Any]
+    memories: dict[str, Any]
+    explorers: dict[str, Explorer]
+    agent_memory: dict[str, str]  # agent name -> name of the memory it samples from
+    agent_types: dict[str, str]
+    memory_types: dict[str, str]
+    frames_per_chunk: int
+
+    def class_paths(self) -> dict[str, dict[str, str]]:
+        return {"agents": dict(self.agent_types), "memories": dict(self.memory_types)}
+
+
+def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("train", "test")) -> Built:
+    """Instantiate agents, memories (when training) and the explorers of ``modes``."""
+    env_params = params["env"]
+    observation_space, action_spaces = MakeEnvironment(**env_params).spaces()
+
+    agents: dict[str, Any] = {}
+    agent_memory: dict[str, str] = {}
+    agent_types: dict[str, str] = {}
+    for name, spec in params["agents"].items():
+        if name not in action_spaces.spaces:
+            raise UsageError(
+                f"agent '{name}' has no action space; the environment's agents are {list(action_spaces.spaces)}"
+            )
+        agent_class = import_object(spec["type"])
+        agents[name] = agent_class(
+            name=name,
+            session=session,
+            observation_space=observation_space,
+            action_space=action_spaces[name],
+            **spec.get("args", {}),
+        )
+        agent_memory[name] = spec.get("memory", "train")
+        agent_types[name] = spec["type"]
+
+    explorer_params = params["explorer"]
+    memories: dict[str, Any] = {}
+    memory_types: dict[str, str] = {}
+    if "train" in modes:
+        num_workers = explorer_params["train"]["num_workers"]
+        for name, spec in params["memory"].items():
+            memory_class = import_object(spec["type"])
+            memories[name] = memory_class(
+                path=session.memory_path(name), num_workers=num_workers, **spec.get("args", {})
+            )
+            memory_types[name] = spec["type"]
+
+    explorers = {
+        mode: Explorer(session, agents, mode=mode, env=env_params, **explorer_params[mode])
+        for mode in modes
+        if mode in explorer_params
+    }
+    train = explorer_params.get("train", {})
+    frames_per_chunk = train.get("n_steps", 0) * train.get("num_workers", 1)
+    return Built(agents, memories, explorers, agent_memory, agent_types, memory_types, frames_per_chunk)
+
+
+def check_classes(info: dict[str, Any], path: Path) -> None:
+    """Check that every class a checkpoint names can still be imported.
+
+    Raises:
+        UsageError: naming the checkpoint file and the missing class.
+    """
+    params = info["params"]
+    named = [(f"agent '{n}'", s.get("type")) for n, s in params.get("agents", {}).items()]
+    named += [(f"memory '{n}'", s.get("type")) for n, s in params.get("memory", {}).items()]
+    for what, dotted in named:
+        try:
+            import_object(dotted)
+        except ImportError as error:
+            raise UsageError(
+                f"checkpoint file '{path / 'runner.json'}' names {what} class '{dotted}', which cannot be imported ({error})"
+            ) from None
+
+
+def copy_normalizers(source: Explorer, target: Explorer) -> None:
+    """Give ``target`` (test or eval explorer) the observation normaliser statistics of ``source``."""
+    target.load_normalizer_state(source.normalizer_state())
+
+
+def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | None) -> None:
+    """Load normaliser statistics from a saved train explorer state (for play)."""
+    if train_explorer_state is not None:
+        target.load_normalizer_state(train_explorer_state.get("normalizers", {}))
+
+
+def restore_memory(memory: Any, state: dict[str, Any]) -> None:
+    """Reload a memory's contents from its Zarr store and set its pointers to the checkpoint's."""
+    memory.load_state_dict(state)

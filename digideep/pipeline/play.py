@@ -1,0 +1,56 @@
+"""Play a checkpoint: run its policy deterministically in the eval explorer and report the returns.
+
+The original Digideep built a Runner "either from an existing checkpoint or from the parameters
+file"; playing is the first. The session is opened without its lock, so a checkpoint can be played
+while its run is still training. Videos (``video=True``) go to ``<session>/videos/`` as one MP4 per
+episode.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+from digideep.errors import UsageError
+from digideep.pipeline.checkpoint import read_runner_info
+from digideep.pipeline.runner import Runner
+from digideep.pipeline.session import Session
+from digideep.utility.monitoring import monitor
+
+__all__ = ["play"]
+
+log = logging.getLogger(__name__)
+
+
+def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = False) -> list[float]:
+    """Run the eval explorer of ``checkpoint`` for ``episodes`` episodes; return their returns.
+
+    Raises:
+        UsageError: the checkpoint is missing, damaged or not inside a session folder.
+    """
+    path = Path(checkpoint)
+    info = read_runner_info(path)
+    session_folder = path.parent.parent
+    if path.parent.name != "checkpoints":
+        raise UsageError(f"checkpoint '{path}' is not inside a session's checkpoints/ folder")
+    params = copy.deepcopy(info["params"])
+    eval_params = params["explorer"].get("eval") or dict(params["explorer"]["test"])
+    eval_params.update(
+        deterministic=True, n_steps=None, n_episodes=episodes or eval_params.get("n_episodes") or 5
+    )
+    eval_params["render"] = video
+    params["explorer"] = {"eval": eval_params}
+    session = Session(root=session_folder.parent, name=session_folder.name, resume=True, lock=False)
+    name = "/explore/eval/episode_return"
+    monitor.set_window(name, eval_params["n_episodes"])
+    runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
+    try:
+        runner.explorers["eval"].update()
+    finally:
+        runner.close()
+        session.close()
+    returns = monitor.window_values(name)
+    if returns:
+        log.info("played %d episodes: mean return %.2f", len(returns), sum(returns) / len(returns))
+    return returns

@@ -1,0 +1,482 @@
+"""The Runner: owns explorers, memories and agents, and runs training as a schedule of stages.
+
+Glossary (see also ``docs/architecture.md``):
+
+- **iteration**: ``explore`` one chunk (``n_steps`` steps of every train worker), ``store`` it in the
+  memories, ``sample`` each agent's batches and ``update`` each agent once;
+- **epoch**: ``epoch_size`` iterations, followed by ``test`` (every ``test_interval`` epochs), ``log``
+  (every epoch) and ``checkpoint`` (every ``save_interval`` epochs, and always at the end);
+- **frames**: environment transitions collected by the train explorer (steps x workers); the step
+  axis of every logged metric.
+
+The stages are plain methods over the Runner's state. :meth:`Runner.train` walks the schedule and
+calls each stage through a ``call(stage, function)`` hook: the plain loop calls them directly,
+the Prefect flow (``flows/train.py``) wraps each in a task. One schedule, two drivers.
+Stages exchange only small values (counts, metric dicts, paths); the chunk and the batches stay
+inside the Runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from digideep.errors import UsageError
+from digideep.pipeline import components
+from digideep.pipeline.checkpoint import (
+    Checkpoint,
+    apply_retention,
+    find_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from digideep.pipeline.session import Session
+from digideep.utility.monitoring import monitor
+from digideep.utility.profiling import KeepTime, profiler
+
+__all__ = ["ITERATION_STAGES", "Counters", "Runner", "StageCall"]
+
+log = logging.getLogger(__name__)
+
+ITERATION_STAGES = ("explore", "store", "sample", "update")
+StageCall = Callable[[str, Callable[[], Any]], Any]
+"""``call(stage_name, stage_function) -> result``: how a driver runs one stage."""
+
+
+def call_directly(stage: str, function: Callable[[], Any]) -> Any:
+    """The plain driver: run the stage in place."""
+    return function()
+
+
+@dataclass
+class Counters:
+    """Progress of a run; saved in both checkpoint files and restored on resume."""
+
+    iteration: int = 0  # iterations completed
+    frames: int = 0  # train transitions collected (steps x workers)
+    wall_time: float = 0.0  # seconds spent training, summed over resumes
+    last_log_frames: int = 0  # frames at the last log stage (for steps per second)
+    best_test_return: float = -math.inf  # best mean test return so far
+    best_checkpoint: int = -1  # iteration of the checkpoint holding that return (-1: none)
+    last_checkpoint: int = -1  # iteration of the newest checkpoint (-1: none)
+
+
+class Runner:
+    """Builds the components of a run from its params tree and trains them.
+
+    Args:
+        session: the run's Session.
+        params: the resolved params tree (see ``params/*.py``).
+        tracker: optional experiment tracker with ``log_metrics(metrics, step)``,
+            ``log_checkpoint(path)`` and ``finish(status)`` (see ``digideep.tracking``).
+        modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        params: dict[str, Any],
+        *,
+        tracker: Any = None,
+        modes: tuple[str, ...] = ("train", "test"),
+    ) -> None:
+        self.session = session
+        self.params = params
+        self.tracker = tracker
+        settings = params["runner"]
+        self.number_epochs: int = settings["number_epochs"]
+        self.epoch_size: int = settings["epoch_size"]
+        self.test_interval: int = settings.get("test_interval", 1)
+        self.save_interval: int = settings.get("save_interval", 1)
+        self.keep_checkpoints: int = settings.get("keep_checkpoints", 3)
+        self.max_wall_time: float | None = settings.get("max_wall_time")
+        self.max_iterations: int | None = settings.get("max_iterations")
+        self.seed: int = settings.get("seed", 0)
+        seed_everything(self.seed)
+
+        self.counters = Counters()
+        self.built = components.build(session, params, modes=modes)
+        self.agents = self.built.agents
+        self.memories = self.built.memories
+        self.explorers = self.built.explorers
+        self._chunk: dict[str, np.ndarray] | None = None
+        self._batches: dict[str, Any] | None = None
+        self._stop_reason: str | None = None
+        self._wall_start: float | None = None
+        self._log_start = time.perf_counter()
+        test_window = params.get("explorer", {}).get("test", {}).get("test_win_size")
+        if test_window:
+            monitor.set_window("/explore/test/episode_return", test_window)
+
+    # -- the stages of one iteration ----------------------------------------------------------
+    def explore(self) -> int:
+        """Run the train explorer for one chunk; return the number of frames it collected."""
+        with KeepTime("explore"):
+            self._chunk = self.explorers["train"].update()
+        frames = self.built.frames_per_chunk
+        self.counters.frames += frames
+        return frames
+
+    def store(self) -> int:
+        """Store the explored chunk in every memory; return the number of memories written."""
+        if self._chunk is None:
+            raise RuntimeError("store() needs a chunk: call explore() first")
+        with KeepTime("store"):
+            for memory in self.memories.values():
+                memory.store(self._chunk)
+        self._chunk = None
+        return len(self.memories)
+
+    def sample(self) -> int:
+        """Let each agent's sampler draw this iteration's batches; return the number of agents."""
+        with KeepTime("sample"):
+            self._batches = {
+                name: agent.sample(self.memories[self.built.agent_memory[name]])
+                for name, agent in self.agents.items()
+            }
+        return len(self._batches)
+
+    def update(self) -> dict[str, float]:
+        """Update each agent from its batches; return the metrics (``/agents/<name>/<metric>``)."""
+        if self._batches is None:
+            raise RuntimeError("update() needs batches: call sample() first")
+        metrics: dict[str, float] = {}
+        with KeepTime("update"):
+            for name, agent in self.agents.items():
+                for key, value in agent.update(self._batches[name]).items():
+                    metrics[f"/agents/{name}/{key}"] = value
+        self._batches = None
+        for key, value in metrics.items():
+            monitor(key, value)
+        self.counters.iteration += 1
+        return metrics
+
+    # -- the stages of an epoch's end ---------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """Epochs completed."""
+        return self.counters.iteration // self.epoch_size
+
+    def test_due(self) -> bool:
+        return "test" in self.explorers and self.test_interval > 0 and self.epoch % self.test_interval == 0
+
+    def save_due(self) -> bool:
+        return self.save_interval > 0 and self.epoch % self.save_interval == 0
+
+    def test(self) -> float:
+        """Run the test explorer (deterministic, train normalisers copied in); return its mean return."""
+        with KeepTime("test"):
+            tester = self.explorers["test"]
+            components.copy_normalizers(self.explorers["train"], tester)
+            tester.update()
+        stats = monitor.summary().get("/explore/test/episode_return")
+        mean = stats["mean"] if stats else math.nan
+        self._last_test_return = mean
+        return mean
+
+    def log(self) -> dict[str, float]:
+        """Summarise the Monitor and Profiler since the last log into metrics; send and print them."""
+        now = time.perf_counter()
+        elapsed = max(now - self._log_start, 1e-9)
+        self._log_start = now
+        metrics = metrics_from_summaries(monitor.summary(), profiler.summary())
+        frames = self.counters.frames - self.counters.last_log_frames
+        self.counters.last_log_frames = self.counters.frames
+        metrics["charts/frames_per_second"] = frames / elapsed
+        metrics["charts/epoch"] = float(self.epoch)
+        metrics["charts/iteration"] = float(self.counters.iteration)
+        if self.tracker is not None:
+            self.tracker.log_metrics(metrics, step=self.counters.frames)
+        log.info(progress_line(self, metrics))
+        monitor.reset()
+        profiler.reset()
+        return metrics
+
+    def checkpoint(self) -> str:
+        """Flush the memories, write the two checkpoint files, apply retention; return the folder."""
+        with KeepTime("checkpoint"):
+            self._account_wall_time()
+            test_return = getattr(self, "_last_test_return", math.nan)
+            iteration = self.counters.iteration
+            if not math.isnan(test_return) and test_return > self.counters.best_test_return:
+                self.counters.best_test_return = test_return
+                self.counters.best_checkpoint = iteration
+            self.counters.last_checkpoint = iteration
+            for memory in self.memories.values():
+                memory.flush()
+            saved = save_checkpoint(
+                self.session.checkpoints_path, iteration, self.runner_info(), self.state_dict()
+            )
+            best = Checkpoint(
+                self.session.checkpoints_path / f"checkpoint-{self.counters.best_checkpoint}", -1
+            )
+            for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
+                log.debug("retention removed %s", deleted)
+        if self.tracker is not None:
+            self.tracker.log_checkpoint(saved.path)
+        log.info("checkpoint %s", saved.path)
+        return str(saved.path)
+
+    # -- the schedule -------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """Whether ``number_epochs`` epochs are done."""
+        return self.epoch >= self.number_epochs
+
+    def stop_reason(self) -> str | None:
+        """Why training should stop now (finished, a limit, a signal), or None to go on."""
+        if self._stop_reason:
+            return self._stop_reason
+        if self.finished:
+            return "finished"
+        if self.max_iterations is not None and self.counters.iteration >= self.max_iterations:
+            return f"max_iterations={self.max_iterations} reached"
+        if self.max_wall_time is not None and self._wall_time_now() >= self.max_wall_time:
+            return f"max_wall_time={self.max_wall_time}s reached"
+        return None
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the current iteration, checkpoint and stop (what SIGINT/SIGTERM do)."""
+        self._stop_reason = reason
+
+    def schedule(self) -> Iterator[tuple[str, Callable[[], Any]]]:
+        """The stages to run, in order, until training stops. Both drivers walk this."""
+        while self.stop_reason() is None:
+            for stage in ITERATION_STAGES:
+                yield stage, getattr(self, stage)
+            at_epoch_end = self.counters.iteration % self.epoch_size == 0
+            if at_epoch_end:
+                if self.test_due():
+                    yield "test", self.test
+                yield "log", self.log
+                if self.save_due():
+                    yield "checkpoint", self.checkpoint
+        if self.counters.last_checkpoint != self.counters.iteration:
+            yield "checkpoint", self.checkpoint
+
+    def train(self, call: StageCall = call_directly) -> str:
+        """Train until finished, a limit or a signal; return why it stopped.
+
+        A first SIGINT or SIGTERM finishes the iteration, checkpoints and returns; a second SIGINT
+        interrupts at once.
+        """
+        self._wall_start = time.perf_counter()
+        with _StopOnSignals(self):
+            for stage, function in self.schedule():
+                call(stage, function)
+        reason = self.stop_reason() or "finished"
+        self._account_wall_time()
+        if reason == "finished":
+            self.session.mark_done(iterations=self.counters.iteration, frames=self.counters.frames)
+        log.info(
+            "training stopped: %s (iteration %d, %d frames)",
+            reason,
+            self.counters.iteration,
+            self.counters.frames,
+        )
+        return reason
+
+    def stage_label(self, stage: str) -> str:
+        """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
+        return f"{stage}[epoch {self.epoch}, iteration {self.counters.iteration}]"
+
+    # -- state --------------------------------------------------------------------------------
+    def _wall_time_now(self) -> float:
+        running = time.perf_counter() - self._wall_start if self._wall_start is not None else 0.0
+        return self.counters.wall_time + running
+
+    def _account_wall_time(self) -> None:
+        if self._wall_start is not None:
+            now = time.perf_counter()
+            self.counters.wall_time += now - self._wall_start
+            self._wall_start = now
+
+    def runner_info(self) -> dict[str, Any]:
+        """What ``runner.json`` holds besides the versions: params, counters, classes."""
+        return {
+            "params": self.params,
+            "params_module": self.session.info().get("params_module"),
+            "counters": asdict(self.counters),
+            "classes": self.built.class_paths(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "counters": asdict(self.counters),
+            "agents": {name: agent.state_dict() for name, agent in self.agents.items()},
+            "explorers": {mode: explorer.state_dict() for mode, explorer in self.explorers.items()},
+            "memories": {name: memory.state_dict() for name, memory in self.memories.items()},
+            "monitor": monitor.state_dict(),
+            "rng": rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counters = Counters(**state["counters"])
+        for name, agent in self.agents.items():
+            agent.load_state_dict(state["agents"][name])
+        for mode, explorer in self.explorers.items():
+            if mode in state["explorers"]:
+                explorer.load_state_dict(state["explorers"][mode])
+        for name, memory in self.memories.items():
+            components.restore_memory(memory, state["memories"][name])
+        monitor.load_state_dict(state["monitor"])
+        set_rng_state(state["rng"])
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        session: Session,
+        path: Path,
+        *,
+        tracker: Any = None,
+        modes: tuple[str, ...] = ("train", "test"),
+        params: dict[str, Any] | None = None,
+    ) -> Runner:
+        """Rebuild a Runner from a checkpoint folder and restore its state exactly.
+
+        ``params`` replaces the checkpoint's params tree (play uses it to set up the eval explorer).
+
+        Raises:
+            UsageError: a checkpoint file is missing, damaged, of another version, or names a class
+                that does not exist.
+        """
+        info, states = load_checkpoint(path, map_location=session.device)
+        components.check_classes(info, path)
+        runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
+        if "train" in modes:
+            runner.load_state_dict(states)
+        else:  # play: only the policies (and the eval explorer's normalisers) are needed
+            for name, agent in runner.agents.items():
+                agent.load_state_dict(states["agents"][name])
+            train_explorer = states["explorers"].get("train")
+            for explorer in runner.explorers.values():
+                components.load_normalizers(explorer, train_explorer)
+        return runner
+
+    def close(self) -> None:
+        for explorer in self.explorers.values():
+            explorer.close()
+
+
+def resume_checkpoint(session: Session) -> Checkpoint:
+    """The newest complete checkpoint of ``session``.
+
+    Raises:
+        UsageError: the session has none.
+    """
+    found = find_checkpoints(session.checkpoints_path)
+    if not found:
+        raise UsageError(
+            f"session '{session.path}' has no complete checkpoint to resume from; start a new run"
+        )
+    return found[-1]
+
+
+# -- metrics ------------------------------------------------------------------------------------
+def metrics_from_summaries(
+    summary: dict[str, dict[str, float]], timers: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Flatten Monitor and Profiler summaries into ``{name: value}`` metrics.
+
+    Monitor entries give ``<name>/mean`` (plus ``/min``, ``/max`` for episode returns), Profiler
+    entries give ``profiler<name>/total`` seconds and ``/count``.
+    """
+    metrics: dict[str, float] = {}
+    for name, stats in summary.items():
+        metrics[f"{name}/mean"] = stats["mean"]
+        if name.endswith("episode_return"):
+            metrics[f"{name}/min"] = stats["min"]
+            metrics[f"{name}/max"] = stats["max"]
+            metrics[f"{name}/count"] = float(stats["count"])
+    for name, stats in timers.items():
+        metrics[f"profiler{name}/total"] = stats["total"]
+        metrics[f"profiler{name}/count"] = float(stats["count"])
+    return metrics
+
+
+def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
+    """One readable line per epoch: epoch, frames, returns, speed and time left."""
+    epoch, total = runner.epoch, runner.number_epochs
+    fps = metrics.get("charts/frames_per_second", 0.0)
+    parts = [f"epoch {epoch}/{total}", f"frames {runner.counters.frames:,}"]
+    for mode in ("train", "test"):
+        value = metrics.get(f"/explore/{mode}/episode_return/mean")
+        if value is not None:
+            parts.append(f"{mode} return {value:.1f}")
+    parts.append(f"{fps:,.0f} frames/s")
+    if epoch and epoch < total:
+        seconds_per_epoch = runner._wall_time_now() / max(epoch, 1)
+        parts.append(f"left ~{format_duration(seconds_per_epoch * (total - epoch))}")
+    return " | ".join(parts)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+# -- randomness ---------------------------------------------------------------------------------
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global RNG state (Python, numpy, torch CPU and CUDA)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"].cpu())
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["torch_cuda"]])
+
+
+# -- signals ------------------------------------------------------------------------------------
+class _StopOnSignals:
+    """While active, SIGINT/SIGTERM ask the runner to stop after the iteration; a second SIGINT interrupts."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.runner._stop_reason is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
+        self.runner.request_stop(f"{name} received")
+
+    def __enter__(self) -> _StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)

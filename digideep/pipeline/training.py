@@ -1,0 +1,163 @@
+"""Start, resume and finish a training run; shared by the CLI and the Prefect flows.
+
+:func:`open_run` does everything before the first iteration: validate the params (before anything
+touches disk), create or reopen the session, build the Runner or restore it from the newest
+checkpoint, and open the experiment tracker. :func:`close_run` ends it truthfully. The drivers
+(``Runner.train()`` directly, or ``flows/train.py``) only walk the Runner's schedule in between.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from digideep.errors import UsageError
+from digideep.pipeline.params import ResolvedParams, resolve_params
+from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
+from digideep.pipeline.session import DEFAULT_ROOT, Session
+
+__all__ = ["RunHandle", "close_run", "open_run", "run_training"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunHandle:
+    """A run ready to train: its session, runner and tracker."""
+
+    session: Session
+    runner: Runner
+    tracker: Any
+    resumed_from: Path | None
+
+
+def _session_has_state(root: Path, name: str | None) -> bool:
+    return name is not None and (root / name / "params.json").is_file()
+
+
+def open_run(
+    params: str | None = None,
+    cpanel: str | dict[str, Any] | None = None,
+    *,
+    session_name: str | None = None,
+    session_path: str | Path = DEFAULT_ROOT,
+    resume: bool = False,
+    tags: dict[str, str] | None = None,
+) -> RunHandle | None:
+    """Create a new run, or resume an existing session from its newest complete checkpoint.
+
+    Args:
+        params: parameter module (``params.pendulum_sac``); not needed when resuming.
+        cpanel: cpanel overrides as a JSON string or a dict.
+        session_name: the session's name (generated when None for a new run).
+        session_path: the folder holding sessions.
+        resume: reopen ``session_name`` (an existing session with no checkpoint starts over from
+            its ``params.json``). A finished session returns None after saying so.
+        tags: extra tracking tags (e.g. Prefect flow-run id and deployment).
+
+    Raises:
+        UsageError: bad params or cpanel, a missing or busy session, a damaged checkpoint.
+    """
+    root = Path(session_path)
+    if resume:
+        if session_name is None:
+            raise UsageError("resuming needs a session name (the folder under --session-path)")
+        session = Session(root=root, name=session_name, resume=True)
+        try:
+            return _reopen(session, tags)
+        except BaseException:
+            session.close()
+            raise
+
+    if params is None:
+        raise UsageError("a new run needs --params (a parameter module such as params.pendulum_sac)")
+    overrides = cpanel if isinstance(cpanel, dict) else None
+    resolved: ResolvedParams = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
+    session = Session(
+        root=root,
+        name=session_name,
+        params_name=resolved.module,
+        torch_threads=resolved.params.get("session", {}).get("torch_threads"),
+    )
+    try:
+        session.write_params(resolved.module, resolved.cpanel, resolved.params)
+        tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags)
+        runner = Runner(session, resolved.params, tracker=tracker)
+        return RunHandle(session, runner, tracker, None)
+    except BaseException:
+        session.close()
+        raise
+
+
+def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
+    if session.is_done:
+        log.info("session %s already finished training (see done.json); nothing to resume", session.path)
+        session.close()
+        return None
+    params = session.read_json("params.json")
+    cpanel = session.read_json("cpanel.json")
+    threads = params.get("session", {}).get("torch_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    tracker = _open_tracker(session, params, cpanel, tags)
+    found = resume_checkpoint(session) if any(session.checkpoints_path.glob("checkpoint-*")) else None
+    if found is None:
+        log.info("session %s has no checkpoint yet: starting its training from the beginning", session.path)
+        return RunHandle(session, Runner(session, params, tracker=tracker), tracker, None)
+    log.info("resuming session %s from %s", session.path, found.path)
+    runner = Runner.from_checkpoint(session, found.path, tracker=tracker)
+    if tracker is not None:
+        tracker.resume_from(runner.counters.frames)
+    return RunHandle(session, runner, tracker, found.path)
+
+
+def _open_tracker(
+    session: Session, params: dict[str, Any], cpanel: dict[str, Any], tags: dict[str, str] | None
+) -> Any:
+    """The MLflow tracker of the run (None when tracking is off in params)."""
+    settings = params.get("tracking", {})
+    if not settings.get("enabled", True):
+        return None
+    from digideep.tracking.tracker import open_tracker
+
+    return open_tracker(session, params, cpanel, tags=tags or {}, **settings.get("args", {}))
+
+
+def close_run(handle: RunHandle, status: str) -> None:
+    """End the run: tracker status (FINISHED, FAILED or KILLED), environments, session lock."""
+    try:
+        if handle.tracker is not None:
+            handle.tracker.finish(status)
+    finally:
+        handle.runner.close()
+        handle.session.close()
+
+
+@contextmanager
+def running(handle: RunHandle) -> Iterator[RunHandle]:
+    """Close ``handle`` on exit with the status that matches how training ended."""
+    try:
+        yield handle
+    except KeyboardInterrupt:
+        close_run(handle, "KILLED")
+        raise
+    except BaseException:
+        close_run(handle, "FAILED")
+        raise
+    else:
+        finished = handle.session.is_done
+        close_run(handle, "FINISHED" if finished else "KILLED")
+
+
+def run_training(handle: RunHandle | None, call: StageCall = call_directly) -> str:
+    """Train an opened run to its end and close it; return why it stopped."""
+    if handle is None:
+        return "already finished"
+    with running(handle):
+        return handle.runner.train(call)
