@@ -278,7 +278,11 @@ class Runner:
         reason = self.stop_reason() or "finished"
         self._account_wall_time()
         if reason == "finished":
-            self.session.mark_done(iterations=self.counters.iteration, frames=self.counters.frames)
+            self.session.mark_done(
+                iterations=self.counters.iteration,
+                frames=self.counters.frames,
+                best_test_return=self.counters.best_test_return,
+            )
         log.info(
             "training stopped: %s (iteration %d, %d frames)",
             reason,

@@ -1,0 +1,154 @@
+"""A Prefect server and a process worker on one machine, bound to 127.0.0.1.
+
+``python -m flows.local_stack up`` (``make prefect-up``) starts the server, creates the process work
+pool, deploys everything in ``prefect.yaml`` and runs a worker until Ctrl-C. The tests start the same
+stack through :class:`LocalStack`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = "digideep-local"
+
+
+def _prefect() -> str:
+    candidate = Path(sys.executable).with_name("prefect")
+    return str(candidate) if candidate.exists() else shutil.which("prefect") or "prefect"
+
+
+class LocalStack:
+    """Server and worker processes of one Prefect installation.
+
+    Args:
+        port: the server's port on 127.0.0.1.
+        home: ``PREFECT_HOME`` (database, logs); ``~/.prefect`` when None.
+        project: the folder holding ``prefect.yaml``, ``flows/`` and ``params/``.
+        log_folder: where the server's and worker's output go (``home`` when None).
+    """
+
+    def __init__(
+        self, port: int = 4200, home: Path | None = None, project: Path = ROOT, log_folder: Path | None = None
+    ):
+        self.port = port
+        self.project = project
+        self.api_url = f"http://127.0.0.1:{port}/api"
+        self.env = {
+            **os.environ,
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_SERVER_API_PORT": str(port),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_LOGGING_EXTRA_LOGGERS": "digideep",
+            "PWD": str(project),
+        }
+        if home is not None:
+            self.env["PREFECT_HOME"] = str(home)
+        self.log_folder = log_folder or home or Path.home() / ".prefect"
+        self.log_folder.mkdir(parents=True, exist_ok=True)
+        self.processes: list[subprocess.Popen] = []
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        output = open(self.log_folder / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        process = subprocess.Popen(
+            [_prefect(), *args], cwd=self.project, env=self.env, stdout=output, stderr=output
+        )
+        self.processes.append(process)
+        return process
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run a ``prefect`` CLI command against this server; raise with its output on failure."""
+        result = subprocess.run(
+            [_prefect(), "--no-prompt", *args],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"prefect {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def start_server(self, timeout: float = 120) -> None:
+        server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"the Prefect server exited; see {self.log_folder / 'server.log'}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"the Prefect server did not answer on {self.api_url} within {timeout:.0f} s")
+
+    def create_pool(self) -> None:
+        result = subprocess.run(
+            [_prefect(), "--no-prompt", "work-pool", "inspect", POOL],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+        )
+        if result.returncode != 0:
+            self.run("work-pool", "create", POOL, "--type", "process")
+
+    def deploy_all(self) -> None:
+        self.run("deploy", "--all")
+
+    def start_worker(self) -> subprocess.Popen:
+        return self._spawn("worker", "worker", "start", "--pool", POOL, "--type", "process")
+
+    def up(self) -> None:
+        self.start_server()
+        self.create_pool()
+        self.deploy_all()
+        self.start_worker()
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Start a Prefect server and worker for digideep on 127.0.0.1."
+    )
+    parser.add_argument("command", choices=["up"])
+    parser.add_argument("--port", type=int, default=4200)
+    arguments = parser.parse_args()
+    stack = LocalStack(port=arguments.port)
+    stack.up()
+    print(
+        f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. Ctrl-C stops both."
+    )
+    print(f"Use this server from another shell: export PREFECT_API_URL={stack.api_url}")
+    try:
+        while all(p.poll() is None for p in stack.processes):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The ``play`` flow: evaluate a checkpoint deterministically, optionally recording videos.
+
+Run locally with ``python flows/play.py data/sessions/S/checkpoints/checkpoint-100 --video``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from digideep.pipeline.play import play as play_checkpoint
+
+
+@flow(name="play", persist_result=False)
+def play(checkpoint: str, episodes: int | None = None, video: bool = False) -> list[float]:
+    """Play ``checkpoint`` for ``episodes`` episodes; return the episode returns.
+
+    Args:
+        checkpoint: checkpoint folder, e.g. ``data/sessions/S/checkpoints/checkpoint-100``.
+        episodes: episodes to play (default: the eval explorer's ``n_episodes``).
+        video: write one MP4 per episode under the session's ``videos/``.
+    """
+    returns = play_checkpoint(checkpoint, episodes=episodes, video=video)
+    if returns:
+        get_run_logger().info("mean return %.2f over %d episodes", sum(returns) / len(returns), len(returns))
+    return returns
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Run the play flow locally.")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--episodes", type=int)
+    parser.add_argument("--video", action="store_true")
+    arguments = parser.parse_args()
+    print(play(arguments.checkpoint, arguments.episodes, arguments.video))

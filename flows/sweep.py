@@ -1,0 +1,117 @@
+"""The ``sweep`` flow: a grid of cpanel values x seeds, each a run of a train deployment.
+
+Every combination becomes a flow run of ``deployment`` (``run_deployment``), so the runs spread over
+every worker serving that deployment's work pool. The sweep waits for all of them and prints a
+summary table. Needs a Prefect server with the train deployments (see README, "Prefect").
+
+Example parameters::
+
+    {"deployment": "train/pendulum-sac", "grid": {"lr": [0.001, 0.0003]}, "seeds": [0, 1, 2]}
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> list[dict[str, Any]]:
+    """Every cpanel override of the grid, once per seed (``seed`` is a cpanel key)."""
+    keys = sorted(grid)
+    return [
+        {**dict(zip(keys, values, strict=True)), "seed": seed}
+        for values in itertools.product(*(grid[k] for k in keys))
+        for seed in seeds
+    ]
+
+
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width table of the runs: cpanel, state, frames and best test return."""
+    header = ["cpanel", "state", "frames", "best test return", "session"]
+    lines = [header] + [
+        [
+            json.dumps(r["cpanel"]),
+            r["state"],
+            str(r.get("frames", "")),
+            _fmt(r.get("best_test_return")),
+            r.get("session", ""),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, int | float) else ""
+
+
+@flow(name="sweep", persist_result=False)
+def sweep(
+    deployment: str = "train/pendulum-sac",
+    grid: dict[str, list[Any]] | None = None,
+    seeds: list[int] | None = None,
+    session_path: str = "data/sessions",
+    poll_seconds: float = 5.0,
+) -> list[dict[str, Any]]:
+    """Launch one train run per grid point and seed, wait for all, return and print a summary.
+
+    Args:
+        deployment: ``<flow name>/<deployment name>`` of a train deployment.
+        grid: cpanel key -> values to try.
+        seeds: seeds to run for every grid point.
+        session_path: where the train runs keep sessions (to read their results).
+        poll_seconds: how often to poll the runs' states.
+    """
+    logger = get_run_logger()
+    runs = []
+    for cpanel in combinations(grid or {}, seeds if seeds is not None else [0]):
+        flow_run = run_deployment(deployment, parameters={"cpanel": cpanel}, timeout=0, as_subflow=True)
+        runs.append((cpanel, flow_run.id))
+        logger.info("launched %s with cpanel %s", flow_run.name, json.dumps(cpanel))
+    states = _wait(runs, poll_seconds)
+    rows = []
+    for cpanel, flow_run_id in runs:
+        row: dict[str, Any] = {
+            "cpanel": cpanel,
+            "flow_run_id": str(flow_run_id),
+            "state": states[flow_run_id],
+        }
+        row.update(_session_result(Path(session_path), str(flow_run_id)))
+        rows.append(row)
+    logger.info("sweep of %d runs:\n%s", len(rows), summary_table(rows))
+    return rows
+
+
+def _wait(runs: list[tuple[dict[str, Any], Any]], poll_seconds: float) -> dict[Any, str]:
+    states: dict[Any, str] = {}
+    with get_client(sync_client=True) as client:
+        while len(states) < len(runs):
+            for _, flow_run_id in runs:
+                if flow_run_id not in states:
+                    state = client.read_flow_run(flow_run_id).state
+                    if state is not None and state.type.value in TERMINAL:
+                        states[flow_run_id] = state.type.value
+            if len(states) < len(runs):
+                time.sleep(poll_seconds)
+    return states
+
+
+def _session_result(root: Path, flow_run_id: str) -> dict[str, Any]:
+    """Frames and best test return from the session of a train flow run (found by its flow-run id)."""
+    for info_file in root.glob("*/session.json"):
+        info = json.loads(info_file.read_text())
+        if info.get("prefect_flow_run_id") == flow_run_id:
+            done = info_file.parent / "done.json"
+            result = json.loads(done.read_text()) if done.exists() else {}
+            return {"session": info_file.parent.name, **result}
+    return {}
