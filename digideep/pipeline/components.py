@@ -7,6 +7,7 @@ slices reach the constructors (see ``docs/architecture.md``).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,5 +113,10 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
 
 
 def restore_memory(memory: Any, state: dict[str, Any]) -> None:
-    """Reload a memory's contents from its Zarr store and set its pointers to the checkpoint's."""
+    """Reload a memory's contents from its Zarr store, rolled back to the checkpoint's pointers.
+
+    A flush that happened after the checkpoint (a crash between the memory flush and the rename of
+    the checkpoint folder) is undone: the memory keeps exactly the rows the checkpoint saw.
+    """
     memory.load_state_dict(state)
+    memory.load()

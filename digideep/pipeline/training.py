@@ -9,6 +9,7 @@ checkpoint, and open the experiment tracker. :func:`close_run` ends it truthfull
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -109,6 +110,8 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
     found = resume_checkpoint(session) if any(session.checkpoints_path.glob("checkpoint-*")) else None
     if found is None:
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.path)
+        shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
+        (session.path / "memory").mkdir()
         return RunHandle(session, Runner(session, params, tracker=tracker), tracker, None)
     log.info("resuming session %s from %s", session.path, found.path)
     runner = Runner.from_checkpoint(session, found.path, tracker=tracker)

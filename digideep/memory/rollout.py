@@ -1,0 +1,106 @@
+"""The rollout memory of on-policy agents: the latest chunk(s), kept by reference."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from digideep.memory.layout import KeySpec, validate_chunk
+
+__all__ = ["RolloutMemory"]
+
+
+class RolloutMemory:
+    """Holds the latest ``keep`` chunks as they came from the Explorer.
+
+    ``store`` keeps a reference to the chunk's dict and arrays: no copy, O(number of keys). The
+    Explorer returns fresh arrays on every ``update()``, so nothing it does later changes a stored
+    chunk; treat the arrays read from here as read-only (units that transform them return new
+    arrays). Keys may differ between chunks; a key's dtype and row shape may not.
+
+    It has ``flush``/``load``/``state_dict`` like :class:`~digideep.memory.memory.Memory` so the
+    Runner treats every memory alike, but it keeps nothing on disk: after a resume the next
+    ``explore()`` refills it, which is what an on-policy agent needs anyway.
+
+    Args:
+        num_workers: the explorer's worker count; every chunk must have it.
+        keep: how many of the latest chunks to hold (1 for PPO/A2C).
+        name: shown in messages.
+    """
+
+    def __init__(self, num_workers: int, keep: int = 1, name: str = "rollout") -> None:
+        if not isinstance(num_workers, int | np.integer) or num_workers < 1:
+            raise ValueError(f"RolloutMemory num_workers must be an integer >= 1, got {num_workers!r}")
+        if keep < 1:
+            raise ValueError(f"RolloutMemory keep must be >= 1, got {keep!r}")
+        self.name = name
+        self._num_workers = int(num_workers)
+        self._chunks: deque[dict[str, np.ndarray]] = deque(maxlen=keep)
+        self._specs: dict[str, KeySpec] = {}
+        self._stored = 0
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    @property
+    def size(self) -> int:
+        """Transition rows ``T`` per worker of the latest chunk (0 when empty)."""
+        if not self._chunks:
+            return 0
+        return next(iter(self._chunks[-1].values())).shape[1] - 1
+
+    @property
+    def chunks(self) -> list[dict[str, np.ndarray]]:
+        """The held chunks, oldest first."""
+        return list(self._chunks)
+
+    def keys(self) -> list[str]:
+        """Keys of the latest chunk."""
+        return list(self._chunks[-1]) if self._chunks else []
+
+    def __contains__(self, key: object) -> bool:
+        return bool(self._chunks) and key in self._chunks[-1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        """``(W, T + 1, ...)`` array of ``key`` in the latest chunk."""
+        chunk = self.last_chunk()
+        if key not in chunk:
+            raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
+        return chunk[key]
+
+    def last_chunk(self) -> dict[str, np.ndarray]:
+        """The latest chunk, ``(W, T + 1, ...)`` per key (the stored dict itself)."""
+        if not self._chunks:
+            raise ValueError(f"rollout memory '{self.name}' holds no chunk yet; store one first")
+        return self._chunks[-1]
+
+    def store(self, chunk: Mapping[str, np.ndarray]) -> None:
+        """Keep ``chunk`` (by reference), dropping the oldest beyond ``keep``.
+
+        Raises:
+            TypeError, ValueError: if the chunk does not fit (worker count, rows, a dtype or row
+                shape that changed); nothing is changed then.
+        """
+        _, new_specs = validate_chunk(chunk, self._num_workers, self._specs, None, self.name)
+        self._specs.update(new_specs)
+        self._chunks.append(dict(chunk))
+        self._stored += 1
+
+    def flush(self) -> None:
+        """Nothing to write: a rollout memory is not persisted."""
+
+    def load(self) -> None:
+        """Nothing to read: a rollout memory is not persisted (it starts empty after a resume)."""
+
+    def state_dict(self) -> dict[str, int]:
+        """Counters only: ``{"stored": chunks stored so far}``."""
+        return {"stored": self._stored}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self._stored = int(state["stored"])

@@ -1,0 +1,260 @@
+"""Flush, load and crashes: the Zarr copy of a memory, and the disk mode."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from digideep.memory import Memory, Sampler, uniform_transitions
+from digideep.memory.zarr_store import ZarrStore
+
+from .chunks import make_chunk
+
+W = 2
+
+
+class SimulatedCrashError(RuntimeError):
+    pass
+
+
+def stream(memory: Memory, steps: list[int], start: int = 0) -> int:
+    for n in steps:
+        memory.store(make_chunk(W, n, start))
+        start += n
+    return start
+
+
+def snapshot(memory: Memory) -> dict[str, np.ndarray]:
+    """The bytes of every key at the memory's valid rows (what a reload must reproduce)."""
+    rows = memory.valid_rows()
+    return {key: memory[key][:, rows].copy() for key in memory}
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def reopen(path: Path, capacity: int, **kwargs) -> Memory:
+    memory = Memory(path, num_workers=W, capacity=capacity, **kwargs)
+    memory.load()
+    return memory
+
+
+def test_flush_load_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "m.zarr", W, 10, zarr_chunk_rows=3)
+    stream(memory, [4, 4])
+    memory.flush()
+    chunk = make_chunk(W, 4, 8)
+    chunk["/infos/flag"] = np.ones((W, 5), bool)  # a late key, committed by the next flush
+    memory.store(chunk)
+    memory.flush()
+    loaded = reopen(tmp_path / "m.zarr", 10)
+    assert loaded.state_dict() == memory.state_dict() and loaded.keys() == memory.keys()
+    for key in memory:
+        assert same_bytes(loaded[key], memory[key]), key  # the whole ring, placeholders included
+    assert loaded.last_chunk()["/observations"].tobytes() == memory.last_chunk()["/observations"].tobytes()
+
+
+def test_flush_without_new_rows_writes_nothing_and_empty_memory_loads(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "m.zarr", W, 10)
+    memory.flush()
+    assert reopen(tmp_path / "m.zarr", 10).size == 0
+    stream(memory, [3])
+    memory.flush()
+    record = (tmp_path / "m.zarr" / "zarr.json").stat().st_mtime_ns
+    memory.flush()
+    assert (tmp_path / "m.zarr" / "zarr.json").stat().st_mtime_ns == record
+
+
+def crash_in(monkeypatch: pytest.MonkeyPatch, method: str, after: int) -> None:
+    """Make ``ZarrStore.<method>`` raise on its ``after + 1``-th call from now on."""
+    original = getattr(ZarrStore, method)
+    calls = {"n": 0}
+
+    def failing(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > after:
+            raise SimulatedCrashError(f"simulated crash in {method}")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ZarrStore, method, failing)
+
+
+@pytest.mark.parametrize(("method", "after"), [("commit", 0), ("write", 0), ("write", 5)])
+def test_crash_before_the_commit_leaves_the_last_committed_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, after: int
+) -> None:
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, 30, zarr_chunk_rows=4)
+    stream(memory, [5, 5])
+    memory.flush()
+    committed, expected = memory.state_dict(), snapshot(memory)
+    late = make_chunk(W, 5, 10)
+    late["/infos/late"] = np.ones((W, 6), np.int16)
+    memory.store(late)  # no wrap: the committed rows are not touched
+    crash_in(monkeypatch, method, after)
+    with pytest.raises(SimulatedCrashError):
+        memory.flush()
+    monkeypatch.undo()
+    loaded = reopen(path, 30)
+    assert loaded.state_dict() == committed
+    assert "/infos/late" not in loaded  # keys first stored after the commit are not loaded
+    for key, value in expected.items():
+        assert same_bytes(snapshot(loaded)[key], value), key
+    loaded.store(late)  # the leftover array of the late key is recreated
+    loaded.flush()
+    again = reopen(path, 30)
+    assert again.total == 15 and (again["/infos/late"][:, :10] == np.iinfo(np.int16).min).all()
+    assert (again["/infos/late"][:, 10:16] == 1).all()
+
+
+def test_disk_mode_crash_while_storing_keeps_the_untouched_committed_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "d.zarr"
+    memory = Memory(path, W, 12, mode="disk", zarr_chunk_rows=5)
+    stream(memory, [4, 4])
+    memory.flush()
+    expected = snapshot_disk(memory)
+    crash_in(monkeypatch, "write", 2)
+    with pytest.raises(SimulatedCrashError):
+        stream(memory, [4], start=8)  # wraps onto the oldest committed row
+    monkeypatch.undo()
+    loaded = reopen(path, 12, mode="disk")
+    assert (loaded.pos, loaded.size, loaded.total) == (8, 7, 8)
+    for key, value in snapshot_disk(loaded).items():
+        assert same_bytes(value, expected[key][:, -7:]), key
+
+
+def snapshot_disk(memory: Memory) -> dict[str, np.ndarray]:
+    rows = memory.valid_rows()
+    return {key: memory[key].oindex[:, rows] for key in memory}
+
+
+@pytest.mark.parametrize(("method", "after"), [("commit", 1), ("write", 3)])
+def test_crash_during_a_wrapping_flush_keeps_only_untouched_committed_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, after: int
+) -> None:
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, 12, zarr_chunk_rows=5)
+    stream(memory, [4, 4])  # 8 rows valid
+    memory.flush()
+    committed, expected = memory.state_dict(), snapshot(memory)
+    stream(memory, [4], start=8)  # rows 8..12 -> wraps onto rows 0: the oldest committed row
+    crash_in(monkeypatch, method, after)
+    with pytest.raises(SimulatedCrashError):
+        memory.flush()
+    monkeypatch.undo()
+    loaded = reopen(path, 12)
+    state = loaded.state_dict()
+    assert (state["pos"], state["total"]) == (committed["pos"], committed["total"])
+    assert state["size"] == 12 - 1 - 4  # the previous commit minus the rows the flush overwrote
+    kept = state["size"]
+    for key, value in expected.items():
+        assert same_bytes(snapshot(loaded)[key], value[:, -kept:]), key
+    # and the memory goes on: the next store and flush continue from the commit
+    stream(loaded, [4], start=8)
+    loaded.flush()
+    assert reopen(path, 12).total == 12
+
+
+def test_load_state_dict_rolls_back_to_a_checkpoint_taken_before_later_flushes(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, 12)
+    stream(memory, [4, 4])
+    memory.flush()
+    checkpoint, expected = memory.state_dict(), snapshot(memory)
+    stream(memory, [4], start=8)
+    memory.flush()  # flushed past the checkpoint, then the process died before the next checkpoint
+    for order in ("state_first", "load_first"):
+        resumed = Memory(path, W, 12)
+        if order == "state_first":
+            resumed.load_state_dict(checkpoint)
+            resumed.load()
+        else:
+            resumed.load()
+            resumed.load_state_dict(checkpoint)
+        assert (resumed.pos, resumed.total, resumed.size) == (checkpoint["pos"], checkpoint["total"], 7)
+        for key, value in expected.items():
+            assert same_bytes(snapshot(resumed)[key], value[:, -7:]), key
+    assert reopen(path, 12).state_dict() == resumed.state_dict()  # the roll-back was committed
+
+
+def test_pending_state_blocks_store_until_load(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "m.zarr", W, 12)
+    memory.load_state_dict(
+        {"pos": 4, "size": 4, "total": 4, "last_chunk_rows": 5, "num_workers": W, "capacity": 12}
+    )
+    with pytest.raises(ValueError, match="load"):
+        memory.store(make_chunk(W, 4, 0))
+
+
+def test_load_refuses_other_layouts_with_a_message(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no memory to load"):
+        Memory(tmp_path / "missing.zarr", W, 10).load()
+    plain = zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
+    plain.create_array("observations", shape=(2, 10, 3), dtype="float32")
+    with pytest.raises(ValueError, match="not a digideep memory"):
+        Memory(tmp_path / "plain.zarr", W, 10).load()
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="not a digideep memory"):
+        Memory(tmp_path / "junk", W, 10).load()
+    memory = Memory(tmp_path / "m.zarr", W, 10)
+    stream(memory, [4])
+    memory.flush()
+    with pytest.raises(ValueError, match="num_workers=2, capacity=10"):
+        Memory(tmp_path / "m.zarr", 3, 10).load()
+    with pytest.raises(ValueError, match="num_workers=2, capacity=10"):
+        Memory(tmp_path / "m.zarr", W, 20).load()
+    shutil.rmtree(tmp_path / "m.zarr" / "rewards")
+    with pytest.raises(ValueError, match="'/rewards'"):
+        Memory(tmp_path / "m.zarr", W, 10).load()
+    meta = tmp_path / "m.zarr" / "zarr.json"
+    record = json.loads(meta.read_text())
+    record["attributes"]["digideep_memory"]["format"] = 99
+    meta.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="format 99"):
+        Memory(tmp_path / "m.zarr", W, 10).load()
+
+
+def test_a_new_memory_never_overwrites_an_existing_one(tmp_path: Path) -> None:
+    first = Memory(tmp_path / "m.zarr", W, 10)
+    stream(first, [4])
+    first.flush()
+    second = Memory(tmp_path / "m.zarr", W, 10)
+    stream(second, [4])
+    with pytest.raises(ValueError, match="call load"):
+        second.flush()
+    assert reopen(tmp_path / "m.zarr", 10).total == 4
+
+
+def test_disk_mode_returns_the_same_samples_as_ram_mode(tmp_path: Path) -> None:
+    ram = Memory(tmp_path / "ram.zarr", W, 15)
+    disk = Memory(tmp_path / "disk.zarr", W, 15, mode="disk", zarr_chunk_rows=4)
+    for memory in (ram, disk):
+        chunk = make_chunk(W, 4, 0)
+        memory.store(chunk)
+        chunk = make_chunk(W, 6, 4)
+        chunk["/infos/id"] = np.arange(W * 7, dtype=np.int64).reshape(W, 7)
+        memory.store(chunk)
+        stream(memory, [5, 4], start=10)  # wraps
+    assert ram.state_dict() == disk.state_dict()
+    info = {"batch_size": 32, "num_batches": 3, "seed": 7}
+    a, b = Sampler([uniform_transitions], info)(ram), Sampler([uniform_transitions], info)(disk)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert same_bytes(a[key], b[key]), key
+    for key in ram:
+        assert same_bytes(ram.last_chunk()[key], disk.last_chunk()[key]), key
+    disk.flush()
+    reloaded = reopen(tmp_path / "disk.zarr", 15, mode="disk")
+    c = Sampler([uniform_transitions], info)(reloaded)
+    assert all(same_bytes(a[key], c[key]) for key in a)
+    ram_copy = reopen(tmp_path / "disk.zarr", 15)  # a disk-mode store loads into RAM too
+    assert all(same_bytes(ram_copy[key], ram[key]) for key in ram)
