@@ -7,16 +7,27 @@ import pytest
 
 
 def run_main(cwd, *args, module="digideep.main"):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--params", "params.nope"], "params module 'params.nope' not found; available: params.demo"),
-        (["--params", "params.demo", "--cpanel", '{"seed": 1,}'], "invalid --cpanel JSON at line 1 column 12"),
-        (["--params", "params.demo", "--cpanel", '{"sead": 1}'], "unknown cpanel key 'sead'; did you mean 'seed'?"),
-        (["--params", "params.demo", "--cpanel", '{"seed": "one"}'], "cpanel key 'seed' expects int, got string"),
+        (
+            ["--params", "params.demo", "--cpanel", '{"seed": 1,}'],
+            "invalid --cpanel JSON at line 1 column 12",
+        ),
+        (
+            ["--params", "params.demo", "--cpanel", '{"sead": 1}'],
+            "unknown cpanel key 'sead'; did you mean 'seed'?",
+        ),
+        (
+            ["--params", "params.demo", "--cpanel", '{"seed": "one"}'],
+            "cpanel key 'seed' expects int, got string",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(params_project, args, message):

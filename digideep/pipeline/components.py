@@ -102,14 +102,15 @@ def check_classes(info: dict[str, Any], path: Path) -> None:
 
 
 def copy_normalizers(source: Explorer, target: Explorer) -> None:
-    """Give ``target`` (test or eval explorer) the observation normaliser statistics of ``source``."""
-    target.load_normalizer_state(source.normalizer_state())
+    """Give ``target`` (test or eval explorer) the normaliser statistics of ``source``."""
+    target.load_normalizer_state_dict(source.normalizer_state_dict())
 
 
 def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | None) -> None:
     """Load normaliser statistics from a saved train explorer state (for play)."""
     if train_explorer_state is not None:
-        target.load_normalizer_state(train_explorer_state.get("normalizers", {}))
+        saved = train_explorer_state["wrappers"]
+        target.load_normalizer_state_dict({k: {"statistics": s["statistics"]} for k, s in saved.items() if "statistics" in s})
 
 
 def restore_memory(memory: Any, state: dict[str, Any]) -> None:

@@ -34,10 +34,18 @@ def test_complete_dict_of_list_pads_short_lists_with_placeholders():
 def test_convert_time_to_batch_major_page_example():
     episode = {
         "key1": [[[1], [2]], [[3], [4]], [[5], [6]], [[7], [8]], [[9], [10]]],
-        "key2": [[[1, 2], [3, 4]], [[5, 6], [7, 8]], [[9, 10], [11, 12]], [[13, 14], [15, 16]], [[17, 18], [19, 20]]],
+        "key2": [
+            [[1, 2], [3, 4]],
+            [[5, 6], [7, 8]],
+            [[9, 10], [11, 12]],
+            [[13, 14], [15, 16]],
+            [[17, 18], [19, 20]],
+        ],
     }
     out = convert_time_to_batch_major(episode)
-    np.testing.assert_array_equal(out["key1"], np.array([[[1.0], [3.0], [5.0], [7.0], [9.0]], [[2.0], [4.0], [6.0], [8.0], [10.0]]]))
+    np.testing.assert_array_equal(
+        out["key1"], np.array([[[1.0], [3.0], [5.0], [7.0], [9.0]], [[2.0], [4.0], [6.0], [8.0], [10.0]]])
+    )
     np.testing.assert_array_equal(
         out["key2"],
         np.array(
@@ -75,7 +83,12 @@ def test_extract_keywise_page_example():
 
 
 def test_flatten_dict_page_example():
-    assert flatten_dict({"a": 1, "b": {"c": 1, "d": {"e": 2, "f": 3}}}) == {"/a": 1, "/b/c": 1, "/b/d/e": 2, "/b/d/f": 3}
+    assert flatten_dict({"a": 1, "b": {"c": 1, "d": {"e": 2, "f": 3}}}) == {
+        "/a": 1,
+        "/b/c": 1,
+        "/b/d/e": 2,
+        "/b/d/f": 3,
+    }
 
 
 def test_unflatten_dict_page_example_and_round_trip():
@@ -120,7 +133,11 @@ def test_nonify_keeps_array_dtypes_honest():
     floats = nonify(np.ones((2, 3), dtype=np.float32))
     assert floats.dtype == np.float32 and floats.shape == (2, 3) and np.isnan(floats).all()
     ints = nonify(np.ones(4, dtype=np.int64))
-    assert ints.dtype == np.int64 and (ints == int_sentinel(np.int64)).all() and int_sentinel(np.int64) == -(2**63)
+    assert (
+        ints.dtype == np.int64
+        and (ints == int_sentinel(np.int64)).all()
+        and int_sentinel(np.int64) == -(2**63)
+    )
     unsigned = nonify(np.ones(2, dtype=np.uint8))
     assert (unsigned == 0).all()
     bools = nonify(np.ones(3, dtype=bool))

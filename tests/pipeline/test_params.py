@@ -33,7 +33,9 @@ def test_cpanel_must_be_an_object():
 
 
 def test_unknown_key_names_the_closest_and_the_valid_keys():
-    with pytest.raises(UsageError, match=r"unknown cpanel key 'seeds'; did you mean 'seed'\? valid keys: lr, seed"):
+    with pytest.raises(
+        UsageError, match=r"unknown cpanel key 'seeds'; did you mean 'seed'\? valid keys: lr, seed"
+    ):
         apply_cpanel({"seed": 0, "lr": 0.1}, {"seeds": 1})
 
 

@@ -12,7 +12,9 @@ def test_summary_gives_count_mean_std_min_max():
         monitor("/x", value)
     monitor("/arr", np.array([[1.0, 3.0], [5.0, 7.0]], dtype=np.float32))
     summary = monitor.summary()
-    assert summary["/x"] == pytest.approx({"count": 4, "mean": 2.5, "std": np.std([1, 2, 3, 4]), "min": 1.0, "max": 4.0})
+    assert summary["/x"] == pytest.approx(
+        {"count": 4, "mean": 2.5, "std": np.std([1, 2, 3, 4]), "min": 1.0, "max": 4.0}
+    )
     assert summary["/arr"]["count"] == 4 and summary["/arr"]["mean"] == pytest.approx(4.0)
 
 
