@@ -78,6 +78,8 @@ def _setup_logging(level: str) -> None:
         handler._digideep_console = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
+    for noisy in ("httpx", "httpcore", "alembic", "urllib3", "git"):  # request-level chatter of libraries
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 # -- commands -----------------------------------------------------------------------------------

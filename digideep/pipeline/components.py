@@ -68,9 +68,10 @@ def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("t
         num_workers = explorer_params["train"]["num_workers"]
         for name, spec in params["memory"].items():
             memory_class = import_object(spec["type"])
-            memories[name] = memory_class(
-                path=session.memory_path(name), num_workers=num_workers, **spec.get("args", {})
-            )
+            args = {"num_workers": num_workers, "name": name, **spec.get("args", {})}
+            if "path" in inspect.signature(memory_class).parameters:  # durable memories get a Zarr folder
+                args["path"] = session.memory_path(name)
+            memories[name] = memory_class(**args)
             memory_types[name] = spec["type"]
 
     explorers = {
@@ -110,7 +111,9 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
     """Load normaliser statistics from a saved train explorer state (for play)."""
     if train_explorer_state is not None:
         saved = train_explorer_state["wrappers"]
-        target.load_normalizer_state_dict({k: {"statistics": s["statistics"]} for k, s in saved.items() if "statistics" in s})
+        target.load_normalizer_state_dict(
+            {k: {"statistics": s["statistics"]} for k, s in saved.items() if "statistics" in s}
+        )
 
 
 def restore_memory(memory: Any, state: dict[str, Any]) -> None:

@@ -115,9 +115,6 @@ class Runner:
         self._stop_reason: str | None = None
         self._wall_start: float | None = None
         self._log_start = time.perf_counter()
-        test_window = params.get("explorer", {}).get("test", {}).get("test_win_size")
-        if test_window:
-            monitor.set_window("/explore/test/episode_return", test_window)
 
     # -- the stages of one iteration ----------------------------------------------------------
     def explore(self) -> int:
