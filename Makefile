@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
 
-.PHONY: install train test test-slow lint format prefect-up clean-data
+.PHONY: install train test test-slow lint format docs prefect-up clean-data
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ lint: install ## ruff lint and format check
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+docs: install ## build the developer guide and API reference into site/ (warnings are errors)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 prefect-up: install ## start a Prefect server (127.0.0.1:4200) and a worker, deploy prefect.yaml; Ctrl-C stops
 	$(BIN)/python -m flows.local_stack up --port $(or $(PREFECT_PORT),4200)

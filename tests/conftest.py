@@ -33,6 +33,18 @@ def gen_params(cpanel):
 '''
 
 
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One embedded MLflow store for the whole test session (creating one costs seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def run_env(mlflow_uri: str) -> dict[str, str]:
+    """Environment for training subprocesses: the shared MLflow store, hashing fixed."""
+    return {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
+
+
 @pytest.fixture
 def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working folder with ``params/demo.py``, made the cwd; the ``params`` package is re-imported."""

@@ -42,6 +42,7 @@ from digideep.pipeline.checkpoint import (
     save_checkpoint,
 )
 from digideep.pipeline.session import Session
+from digideep.tracking.naming import metrics_from_summary
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import KeepTime, profiler
 
@@ -390,19 +391,14 @@ def metrics_from_summaries(
 ) -> dict[str, float]:
     """Flatten Monitor and Profiler summaries into ``{name: value}`` metrics.
 
-    Monitor entries give ``<name>/mean`` (plus ``/min``, ``/max`` for episode returns), Profiler
-    entries give ``profiler<name>/total`` seconds and ``/count``.
+    Every Monitor name gives its mean under the plain name (``explore/train/episode_return``);
+    episode returns add ``_min`` and ``_max``. Profiler timers give the seconds spent per stage since
+    the last log, ``time/<stage>``.
     """
-    metrics: dict[str, float] = {}
-    for name, stats in summary.items():
-        metrics[f"{name}/mean"] = stats["mean"]
-        if name.endswith("episode_return"):
-            metrics[f"{name}/min"] = stats["min"]
-            metrics[f"{name}/max"] = stats["max"]
-            metrics[f"{name}/count"] = float(stats["count"])
-    for name, stats in timers.items():
-        metrics[f"profiler{name}/total"] = stats["total"]
-        metrics[f"profiler{name}/count"] = float(stats["count"])
+    returns = {name: stats for name, stats in summary.items() if name.endswith("episode_return")}
+    metrics = metrics_from_summary(summary, ("mean",))
+    metrics.update(metrics_from_summary(returns, ("mean", "min", "max")))
+    metrics.update(metrics_from_summary(timers, ("total",), prefix="time"))
     return metrics
 
 
@@ -412,7 +408,7 @@ def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
     fps = metrics.get("charts/frames_per_second", 0.0)
     parts = [f"epoch {epoch}/{total}", f"frames {runner.counters.frames:,}"]
     for mode in ("train", "test"):
-        value = metrics.get(f"/explore/{mode}/episode_return/mean")
+        value = metrics.get(f"explore/{mode}/episode_return")
         if value is not None:
             parts.append(f"{mode} return {value:.1f}")
     parts.append(f"{fps:,.0f} frames/s")

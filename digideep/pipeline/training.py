@@ -106,17 +106,18 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         import torch
 
         torch.set_num_threads(threads)
-    tracker = _open_tracker(session, params, cpanel, tags)
     found = resume_checkpoint(session) if any(session.checkpoints_path.glob("checkpoint-*")) else None
     if found is None:
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.path)
         shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
         (session.path / "memory").mkdir()
+        tracker = _open_tracker(session, params, cpanel, tags)
         return RunHandle(session, Runner(session, params, tracker=tracker), tracker, None)
     log.info("resuming session %s from %s", session.path, found.path)
-    runner = Runner.from_checkpoint(session, found.path, tracker=tracker)
-    if tracker is not None:
-        tracker.resume_from(runner.counters.frames)
+    runner = Runner.from_checkpoint(
+        session, found.path
+    )  # a damaged checkpoint fails here, before tracking starts
+    runner.tracker = tracker = _open_tracker(session, params, cpanel, tags)
     return RunHandle(session, runner, tracker, found.path)
 
 
@@ -136,6 +137,7 @@ def close_run(handle: RunHandle, status: str) -> None:
     """End the run: tracker status (FINISHED, FAILED or KILLED), environments, session lock."""
     try:
         if handle.tracker is not None:
+            handle.tracker.log_learning_curve()
             handle.tracker.finish(status)
     finally:
         handle.runner.close()

@@ -1,0 +1,434 @@
+"""Track one training session as one MLflow run: params, tags, metrics, artifacts, status.
+
+Usage (the Runner's ``log`` and ``checkpoint`` stages; the library never imports Prefect)::
+
+    tracker = MlflowTracker("mujoco_sac", session.path, params_module="params.mujoco_sac",
+                            run_id=session.info().get("mlflow_run_id"))   # None: a new run
+    run_id = tracker.start(params, cpanel)          # fails fast when the store is unreachable
+    session.update_info(mlflow_run_id=run_id)
+    with tracker:                                   # ends FINISHED, FAILED or KILLED
+        for ...:
+            tracker.log_metrics({"explore/train/episode_return": 12.5, ...}, step=frames)
+            tracker.log_checkpoint(checkpoint_path)  # at checkpoints
+        tracker.log_learning_curve()
+
+Where: ``MLFLOW_TRACKING_URI`` (a server such as ``http://127.0.0.1:5000``) or, by default, the
+embedded store ``sqlite:///data/mlflow.db`` with artifacts under ``data/mlartifacts``.
+
+Metrics are buffered by :meth:`MlflowTracker.log_metrics` and sent with one ``log_batch`` call per
+flush: at most one per ``log_metrics`` call and at most one per ``min_flush_interval`` (1 s), from
+a background thread by default (see :mod:`digideep.tracking.sender`), so the loop only pays for
+appending to a list. MLflow names are made valid by
+:func:`~digideep.tracking.naming.mlflow_key`: ``/explore/train/episode_return`` is logged as
+``explore/train/episode_return``.
+
+**Resume: skip on replay.** A resumed session continues from its last checkpoint and replays the
+iterations that ran after it, while MLflow may already hold their metrics. The tracker reopens the
+run, reads the highest step already logged, and drops every ``log_metrics`` call whose step is at or
+below it; steps after it are logged as usual. Each step therefore appears once, the metrics stay
+live in the UI between checkpoints (holding them back until the next checkpoint would hide the
+newest ``save_interval`` epochs), and because a checkpoint resumes training exactly, the replayed
+values are the ones already logged. Values buffered but unsent when the process died were never
+logged, so their steps are above the highest logged step and are logged on replay.
+
+**Failures.** :meth:`MlflowTracker.start` checks the store with no HTTP retries and a
+``connect_timeout``: an unreachable server raises :class:`TrackingUnavailableError` (one line naming the
+URI) within seconds, or with ``required=False`` logs a warning and turns tracking off (every method
+becomes a no-op). Later calls never raise for backend failures: they warn, keep unsent metrics and
+retry. For ``http(s)`` URIs the tracker sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=2`` and
+``MLFLOW_HTTP_REQUEST_TIMEOUT=20`` in the process environment unless they are set already, so that
+one request never blocks for minutes (MLflow's defaults are 7 retries and 120 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+
+from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
+from digideep.tracking.naming import (
+    DEFAULT_DATA_ROOT,
+    MAX_PARAMS_PER_BATCH,
+    flatten_params,
+    is_http_uri,
+    mlflow_key,
+    resolve_tracking_uri,
+)
+from digideep.tracking.sender import MetricSender
+from digideep.tracking.tags import build_tags
+
+__all__ = ["DEFAULT_CURVE_METRICS", "MlflowTracker", "TrackingUnavailableError", "status_for_exception"]
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("FINISHED", "FAILED", "KILLED")
+DEFAULT_CURVE_METRICS = ("explore/train/episode_return", "explore/test/episode_return")
+_RUN_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+
+
+def status_for_exception(exc_type: type[BaseException] | None) -> str:
+    """The run status for how training ended: FINISHED, KILLED (interrupt, exit) or FAILED."""
+    if exc_type is None:
+        return "FINISHED"
+    if issubclass(exc_type, KeyboardInterrupt | SystemExit):
+        return "KILLED"
+    return "FAILED"
+
+
+class MlflowTracker:
+    """One MLflow run for one session. See the module docstring for the behaviour.
+
+    Args:
+        experiment: experiment name (one per parameter file unless the cpanel names another, see
+            :func:`~digideep.tracking.naming.experiment_name`); created when missing.
+        session_path: the session folder; tagged, and its ``params.json``/``cpanel.json`` are
+            logged as artifacts under ``session/`` when a new run starts.
+        tracking_uri: overrides ``MLFLOW_TRACKING_URI`` and the embedded default.
+        data_root: folder of the embedded store (``<data_root>/mlflow.db``, ``<data_root>/mlartifacts``).
+        run_id: the run to reopen on resume; None starts a new run.
+        run_name: MLflow run name; the session folder's name by default.
+        params_module: the parameter module, e.g. ``params.mujoco_sac`` (tag).
+        flow_run_id: the Prefect flow-run id, when run by Prefect (tag).
+        deployment: the Prefect deployment name, when there is one (tag).
+        tags: more tags.
+        git_commit: commit of the code; found with ``git rev-parse HEAD`` when None.
+        required: raise when the store is unreachable at start (True) or warn and track nothing.
+        enabled: False makes every method a no-op (tracking turned off by params).
+        asynchronous: send metrics from a background thread (True) or inside ``log_metrics``.
+        connect_timeout: seconds the start-up check waits for a server.
+        min_flush_interval: least seconds between two sends (metrics wait in the buffer meanwhile);
+            0 sends at every ``log_metrics`` call. 1 s keeps short iterations (PPO on small envs)
+            from paying for a send each; a SAC iteration (~1 s or more) still sends every time.
+        finish_timeout: seconds :meth:`finish` waits for the last metrics.
+    """
+
+    def __init__(
+        self,
+        experiment: str,
+        session_path: str | Path | None = None,
+        *,
+        tracking_uri: str | None = None,
+        data_root: str | Path = DEFAULT_DATA_ROOT,
+        run_id: str | None = None,
+        run_name: str | None = None,
+        params_module: str | None = None,
+        flow_run_id: str | None = None,
+        deployment: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        git_commit: str | None = None,
+        required: bool = True,
+        enabled: bool = True,
+        asynchronous: bool = True,
+        connect_timeout: int = 5,
+        min_flush_interval: float = 1.0,
+        finish_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(experiment, str) or not experiment.strip():
+            raise ValueError(f"MlflowTracker: experiment must be a non-empty name, got {experiment!r}")
+        if connect_timeout < 1:
+            raise ValueError(f"MlflowTracker: connect_timeout must be >= 1 second, got {connect_timeout}")
+        self.experiment = experiment
+        self.session_path = Path(session_path) if session_path is not None else None
+        self.enabled = enabled
+        self.uri, self._artifact_location = (
+            resolve_tracking_uri(tracking_uri, data_root) if enabled else (tracking_uri or "", None)
+        )
+        self.run_id: str | None = None
+        self._resume_run_id = run_id
+        self.run_name = run_name or (self.session_path.name if self.session_path else None)
+        self.required = required
+        self.asynchronous = asynchronous
+        self.connect_timeout = connect_timeout
+        self.min_flush_interval = min_flush_interval
+        self.finish_timeout = finish_timeout
+        self._tags = build_tags(params_module, self.session_path, flow_run_id, deployment, tags, git_commit)
+        self._client: MlflowClient | None = None
+        self._sender: MetricSender | None = None
+        self._keys: dict[str, str] = {}
+        self._bad_values: set[str] = set()
+        self._last_flush = -math.inf  # the first call sends at once
+        self.skip_through_step = -1  # steps at or below it are already in MLflow (resume)
+        self.skipped_calls = 0
+        self.last_step = -1
+
+    @property
+    def active(self) -> bool:
+        """Whether a run is open and being tracked."""
+        return self._sender is not None
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self, params: Mapping[str, Any], cpanel: Mapping[str, Any]) -> str | None:
+        """Open the run (a new one, or ``run_id`` on resume) and log params, cpanel and tags.
+
+        Args:
+            params: the resolved params tree, logged flattened (``agents/sac/args/lr``).
+            cpanel: the cpanel, logged under ``cpanel/``.
+
+        Returns:
+            The MLflow run id, or None when tracking is off.
+
+        Raises:
+            TrackingUnavailableError: the store is unreachable or refuses the run, and ``required``.
+        """
+        if not isinstance(params, Mapping) or not isinstance(cpanel, Mapping):
+            raise TypeError(
+                "MlflowTracker.start: params and cpanel must be dicts (the params tree and cpanel)"
+            )
+        if not self.enabled:
+            return None
+        if self._sender is not None:
+            raise ValueError(
+                f"MlflowTracker.start: run {self.run_id} is already started; call finish() first"
+            )
+        if is_http_uri(self.uri):
+            for name, value in _RUN_HTTP_LIMITS.items():
+                os.environ.setdefault(name, value)
+        try:
+            with http_limits(retries=0, timeout=self.connect_timeout):
+                self._client = MlflowClient(self.uri)
+                if self._resume_run_id:
+                    self._reopen(self._resume_run_id, params, cpanel)
+                else:
+                    self._create(params, cpanel)
+        except Exception as error:  # any failure of the store: one line naming the URI
+            message = (
+                f"MLflow tracking at {self.uri} could not start the run ({one_line(error)}); check that the "
+                "store is reachable, point MLFLOW_TRACKING_URI at one that is, or turn tracking off"
+            )
+            if self.run_id is not None and not self._resume_run_id:  # created, then failed
+                with contextlib.suppress(Exception), http_limits(retries=0, timeout=self.connect_timeout):
+                    self._client.set_terminated(self.run_id, "FAILED")
+            self._client, self.run_id = None, None
+            if self.required:
+                raise TrackingUnavailableError(message) from None
+            log.warning("%s; continuing with tracking off", message)
+            self.enabled = False
+            return None
+        self._sender = MetricSender(
+            self._send_metrics,
+            asynchronous=self.asynchronous,
+            description=f"MLflow at {self.uri} (run {self.run_id})",
+        )
+        log.info("MLflow run %s in experiment '%s' at %s", self.run_id, self.experiment, self.uri)
+        return self.run_id
+
+    def _create(self, params: Mapping[str, Any], cpanel: Mapping[str, Any]) -> None:
+        client = self._client
+        experiment = client.get_experiment_by_name(self.experiment)
+        if experiment is None:
+            try:
+                experiment_id = client.create_experiment(
+                    self.experiment, artifact_location=self._artifact_location
+                )
+            except Exception:  # created by another process meanwhile
+                experiment = client.get_experiment_by_name(self.experiment)
+                if experiment is None:
+                    raise
+                experiment_id = experiment.experiment_id
+        elif experiment.lifecycle_stage != "active":
+            raise ValueError(
+                f"experiment '{self.experiment}' is deleted; restore it (mlflow experiments restore) or name another"
+            )
+        else:
+            experiment_id = experiment.experiment_id
+        run = client.create_run(experiment_id, run_name=self.run_name, tags=self._tags)
+        self.run_id = run.info.run_id
+        self._log_params({**flatten_params(params), **flatten_params(cpanel, prefix="cpanel")}, existing={})
+        for name in ("params.json", "cpanel.json"):
+            if self.session_path is not None and (self.session_path / name).is_file():
+                client.log_artifact(self.run_id, str(self.session_path / name), "session")
+
+    def _reopen(self, run_id: str, params: Mapping[str, Any], cpanel: Mapping[str, Any]) -> None:
+        client = self._client
+        run = client.get_run(run_id)
+        if run.info.lifecycle_stage != "active":
+            raise ValueError(f"run {run_id} is deleted; restore it in MLflow or start a new session")
+        self.run_id = run_id
+        client.update_run(run_id, status="RUNNING")
+        tags = [RunTag(k, v) for k, v in self._tags.items()]
+        for i in range(0, len(tags), MAX_PARAMS_PER_BATCH):
+            client.log_batch(run_id, tags=tags[i : i + MAX_PARAMS_PER_BATCH])
+        flat = {**flatten_params(params), **flatten_params(cpanel, prefix="cpanel")}
+        self._log_params(flat, existing=run.data.params)
+        self.skip_through_step = _last_logged_step(client, run)
+        self.last_step = self.skip_through_step
+        log.info("reopened MLflow run %s; steps up to %d are logged already", run_id, self.skip_through_step)
+
+    def _log_params(self, flat: dict[str, str], existing: Mapping[str, str]) -> None:
+        changed = sorted(k for k, v in flat.items() if k in existing and existing[k] != v)
+        if changed:
+            log.warning("params changed since the run started; MLflow keeps the first values of %s", changed)
+        new = [Param(k, v) for k, v in flat.items() if k not in existing]
+        for i in range(0, len(new), MAX_PARAMS_PER_BATCH):
+            self._client.log_batch(self.run_id, params=new[i : i + MAX_PARAMS_PER_BATCH])
+
+    # -- during the run ------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, float], step: int, *, flush: bool = True) -> None:
+        """Buffer ``metrics`` at ``step`` (environment frames) and, with ``flush``, send the buffer.
+
+        Call it once per iteration with everything of that iteration, or pass ``flush=False`` to
+        all calls of an iteration but the last. Steps at or below the highest step logged before a
+        resume are dropped (see the module docstring). Values that are not numbers are skipped with
+        one warning per name.
+
+        Args:
+            metrics: ``{name: value}``; names are made valid MLflow keys.
+            step: the environment frames so far.
+            flush: send the buffer (one ``log_batch``) unless ``min_flush_interval`` has not passed.
+        """
+        if self._sender is None:
+            return
+        step = int(step)
+        if step <= self.skip_through_step:
+            self.skipped_calls += 1
+            return
+        timestamp = int(time.time() * 1000)
+        batch = []
+        for name, value in metrics.items():
+            key = self._keys.get(name)
+            if key is None:
+                key = self._keys[name] = mlflow_key(name)
+            try:
+                batch.append(Metric(key, float(value), timestamp, step))
+            except (TypeError, ValueError):
+                if name not in self._bad_values:
+                    self._bad_values.add(name)
+                    log.warning("metric '%s' has a value that is not a number (%r); skipped", name, value)
+        self._sender.add(batch)
+        self.last_step = max(self.last_step, step)
+        if flush:
+            self.flush(force=False)
+
+    def flush(self, force: bool = True, wait: bool = False) -> bool:
+        """Send buffered metrics now (``force``) or only if ``min_flush_interval`` has passed.
+
+        Args:
+            force: send even if the last send was less than ``min_flush_interval`` ago.
+            wait: block until the values are sent (at most ``finish_timeout`` seconds), e.g.
+                before reading the run back.
+
+        Returns:
+            True when nothing is left unsent (without ``wait``: at the moment of the call, before
+            the background thread sends); always True when tracking is off.
+        """
+        if self._sender is None:
+            return True
+        if wait:
+            self._last_flush = time.monotonic()
+            return self._sender.drain(self.finish_timeout)
+        now = time.monotonic()
+        if force or now - self._last_flush >= self.min_flush_interval:
+            self._last_flush = now
+            self._sender.flush()
+        return self._sender.pending == 0
+
+    def _send_metrics(self, batch: list[Metric]) -> None:
+        self._client.log_batch(self.run_id, metrics=batch)
+
+    def log_artifacts(self, path: str | Path, artifact_path: str | None = None) -> None:
+        """Copy a file or a folder's contents into the run's artifacts under ``artifact_path``.
+
+        Raises:
+            ValueError: ``path`` does not exist. Backend failures are logged, never raised.
+        """
+        if self._sender is None:
+            return
+        path = Path(path)
+        if not path.exists():
+            raise ValueError(f"log_artifacts: '{path}' does not exist; pass a file or folder the run wrote")
+        try:
+            if path.is_dir():
+                self._client.log_artifacts(self.run_id, str(path), artifact_path)
+            else:
+                self._client.log_artifact(self.run_id, str(path), artifact_path)
+        except Exception as error:
+            log.warning("could not log artifact %s to %s: %s", path, self.uri, one_line(error))
+
+    def log_checkpoint(self, checkpoint_path: str | Path) -> None:
+        """Log a checkpoint folder's files under ``checkpoints/<folder name>/``."""
+        self.log_artifacts(checkpoint_path, f"checkpoints/{Path(checkpoint_path).name}")
+
+    def log_learning_curve(
+        self, metrics: Sequence[str] = DEFAULT_CURVE_METRICS, filename: str = "learning_curve.png"
+    ) -> Path | None:
+        """Plot the run's histories of ``metrics`` (those it has) and log the PNG under ``plots/``.
+
+        The PNG is written to the session folder (or a temporary folder without one).
+
+        Returns:
+            The PNG's local path, or None when tracking is off or the run has none of ``metrics``.
+        """
+        if self._sender is None:
+            return None
+        from digideep.tracking.runs import write_run_curves  # matplotlib only when needed
+
+        self.flush(wait=True)
+        folder = (
+            self.session_path
+            if self.session_path is not None
+            else Path(tempfile.mkdtemp(prefix="digideep-curve-"))
+        )
+        try:
+            png = write_run_curves(self._client, self.run_id, metrics, folder / filename)
+        except Exception as error:
+            log.warning("could not plot the learning curve of run %s: %s", self.run_id, one_line(error))
+            return None
+        if png is not None:
+            self.log_artifacts(png, "plots")
+        return png
+
+    # -- end -----------------------------------------------------------------------------------
+    def finish(self, status: str = "FINISHED") -> None:
+        """Send the last metrics and end the run as FINISHED, FAILED or KILLED. Safe to call twice."""
+        if status not in STATUSES:
+            raise ValueError(f"MlflowTracker.finish: status must be one of {STATUSES}, got {status!r}")
+        if self._sender is None:
+            return
+        sender, self._sender = self._sender, None
+        sender.close(self.finish_timeout)
+        try:
+            self._client.set_terminated(self.run_id, status)
+        except Exception as error:
+            log.warning(
+                "could not mark MLflow run %s %s at %s: %s", self.run_id, status, self.uri, one_line(error)
+            )
+        log.info("MLflow run %s ended %s", self.run_id, status)
+
+    def __enter__(self) -> MlflowTracker:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.finish(status_for_exception(exc_type))
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The run id, experiment and last step logged (strings and ints)."""
+        return {"run_id": self.run_id or "", "experiment": self.experiment, "last_step": self.last_step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make a tracker that has not started reopen ``state["run_id"]`` at :meth:`start`."""
+        if self._sender is not None:
+            raise ValueError("MlflowTracker.load_state_dict: call it before start()")
+        self._resume_run_id = state.get("run_id") or None
+
+    def __repr__(self) -> str:
+        return f"MlflowTracker(experiment={self.experiment!r}, uri={self.uri!r}, run_id={self.run_id!r})"
+
+
+def _last_logged_step(client: MlflowClient, run: Any) -> int:
+    """The highest step among the run's metrics (-1 when it has none)."""
+    latest = getattr(run.data, "_metric_objs", None)  # latest value (highest step) of each key
+    if latest is not None:
+        return max((int(m.step) for m in latest), default=-1)
+    steps = [m.step for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
+    return int(max(steps, default=-1))

@@ -1,0 +1,197 @@
+"""MLflow names and values: where a run is tracked, and how digideep's names become MLflow keys.
+
+MLflow's limits (``mlflow/utils/validation.py`` of mlflow 3.x, the same on a tracking server):
+
+* keys of params, metrics and tags: at most 250 characters (``MAX_ENTITY_KEY_LENGTH``), only
+  alphanumerics, ``_ - . / :`` and spaces, and a key must equal its own ``posixpath.normpath`` (no
+  leading ``/``, no ``//``, no ``.`` or ``..`` parts);
+* param values: at most 6000 characters (``MAX_PARAM_VAL_LENGTH``); tag values: 8000
+  (``MAX_TAG_VAL_LENGTH``);
+* one ``log_batch`` call: at most 1000 metrics and 100 params or tags.
+
+:func:`mlflow_key` turns any name into a valid key (the Monitor's ``/explore/train/episode_return``
+becomes ``explore/train/episode_return``) and :func:`shorten` cuts long values with a visible
+marker instead of failing, so a params tree of any shape can be logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from digideep.environment.data_helpers import flatten_dict
+
+__all__ = [
+    "DEFAULT_DATA_ROOT",
+    "MAX_KEY_LENGTH",
+    "MAX_METRICS_PER_BATCH",
+    "MAX_PARAMS_PER_BATCH",
+    "MAX_PARAM_VALUE_LENGTH",
+    "MAX_TAG_VALUE_LENGTH",
+    "experiment_name",
+    "flatten_params",
+    "is_http_uri",
+    "metrics_from_summary",
+    "mlflow_key",
+    "resolve_tracking_uri",
+    "shorten",
+    "sqlite_path",
+    "tracking_uri_of",
+]
+
+MAX_KEY_LENGTH = 250
+MAX_PARAM_VALUE_LENGTH = 6000
+MAX_TAG_VALUE_LENGTH = 8000
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+DEFAULT_DATA_ROOT = Path("data")
+
+_BAD_CHARACTERS = re.compile(r"[^/\w.\- :]")
+
+
+def mlflow_key(name: str) -> str:
+    """A valid MLflow param/metric key for ``name``.
+
+    Characters MLflow refuses become ``_``; leading, trailing and repeated ``/`` are dropped;
+    ``.`` and ``..`` parts become ``_`` and ``__``; a key over 250 characters keeps its first 241
+    and ends with ``_`` and 8 hex digits of its hash, so distinct long names stay distinct.
+
+    >>> mlflow_key("/explore/train/episode_return")
+    'explore/train/episode_return'
+    >>> mlflow_key("losses//q(f)/../x")
+    'losses/q_f_/__/x'
+    """
+    parts = [part for part in _BAD_CHARACTERS.sub("_", str(name)).split("/") if part]
+    parts = ["_" * len(part) if part in (".", "..") else part for part in parts]
+    key = "/".join(parts) or "_"
+    if len(key) > MAX_KEY_LENGTH:
+        digest = hashlib.sha1(key.encode()).hexdigest()[:8]
+        key = key[: MAX_KEY_LENGTH - 9].rstrip("/") + "_" + digest
+    return key
+
+
+def shorten(value: str, limit: int = MAX_PARAM_VALUE_LENGTH) -> str:
+    """``value`` cut to at most ``limit`` characters, ending with a marker that says how much was cut.
+
+    >>> shorten("x" * 30, limit=24)
+    'xxxxxx...[+24 chars cut]'
+    """
+    if len(value) <= limit:
+        return value
+    cut = len(value) - limit
+    while True:  # the marker's own length changes how much must be cut (by a digit at most)
+        marker = f"...[+{cut} chars cut]"
+        keep = max(limit - len(marker), 0)
+        if len(value) - keep == cut:
+            return value[:keep] + marker
+        cut = len(value) - keep
+
+
+def _format_value(value: Any) -> str:
+    """A param value as text: strings as they are, classes and functions by dotted name, else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, type) or callable(value):
+        module = getattr(value, "__module__", None)
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if module and name:
+            return f"{module}.{name}"
+    if isinstance(value, bool | int | float) or value is None:
+        return repr(value)
+    try:
+        return json.dumps(value, default=_format_value, sort_keys=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten a params tree into MLflow params: ``{"agents/sac/args/lr": "0.0003", ...}``.
+
+    Nested dicts become ``/``-joined keys (see :func:`mlflow_key`); lists, tuples and other leaves
+    become text (JSON where possible, classes and functions by dotted name), shortened to MLflow's
+    value limit by :func:`shorten`. Keys that collide after cleaning keep their first value.
+
+    Args:
+        tree: the nested params (or cpanel) dict.
+        prefix: prepended to every key, e.g. ``"cpanel"``.
+    """
+    flat: dict[str, str] = {}
+    for path, value in flatten_dict(tree).items():
+        key = mlflow_key(f"{prefix}/{path}" if prefix else path)
+        flat.setdefault(key, shorten(_format_value(value)))
+    return flat
+
+
+def metrics_from_summary(
+    summary: Mapping[str, Mapping[str, float]], stats: Iterable[str] = ("mean",), prefix: str = ""
+) -> dict[str, float]:
+    """Metrics from a Monitor or Profiler summary (``{name: {"mean": ..., "max": ..., ...}}``).
+
+    The first statistic in ``stats`` is logged under the plain name, the others with a ``_<stat>``
+    suffix: ``stats=("mean", "max")`` on ``/explore/train/episode_return`` gives
+    ``explore/train/episode_return`` (the mean) and ``explore/train/episode_return_max``.
+    Statistics a name lacks are skipped.
+
+    Args:
+        summary: ``monitor.summary()`` or ``profiler.summary()``.
+        stats: which statistics to log, the plainly named one first.
+        prefix: prepended to every name, e.g. ``"time"`` for profiler totals.
+    """
+    stats = list(stats)
+    metrics: dict[str, float] = {}
+    for name, values in summary.items():
+        base = mlflow_key(f"{prefix}/{name}" if prefix else name)
+        for index, stat in enumerate(stats):
+            if stat in values:
+                metrics[base if index == 0 else f"{base}_{stat}"] = float(values[stat])
+    return metrics
+
+
+def is_http_uri(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (``http://`` or ``https://``)."""
+    return uri.startswith(("http://", "https://"))
+
+
+def resolve_tracking_uri(
+    tracking_uri: str | None = None, data_root: str | Path = DEFAULT_DATA_ROOT
+) -> tuple[str, str | None]:
+    """The tracking URI to use and the artifact location for experiments this process creates.
+
+    Precedence: ``tracking_uri`` when given, else the ``MLFLOW_TRACKING_URI`` environment variable,
+    else the embedded store ``sqlite:///<data_root>/mlflow.db`` (absolute path). For a ``sqlite``
+    store the artifacts go to ``mlartifacts/`` beside the database file (``<data_root>/mlartifacts``
+    by default) and the database's folder is created; for a server the server decides (None).
+
+    Returns:
+        ``(uri, artifact_location)``; ``artifact_location`` is a ``file://`` URI or None.
+    """
+    uri = tracking_uri_of(tracking_uri, data_root)
+    db_path = sqlite_path(uri)
+    if db_path is None:
+        return uri, None
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return uri, (db_path.parent / "mlartifacts").as_uri()
+
+
+def tracking_uri_of(tracking_uri: str | None = None, data_root: str | Path = DEFAULT_DATA_ROOT) -> str:
+    """The URI :func:`resolve_tracking_uri` picks, without creating anything."""
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    return uri or "sqlite:///" + str((Path(data_root) / "mlflow.db").resolve())
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The absolute database path of a ``sqlite:///`` URI, None for other URIs."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///") :]).expanduser().resolve()
+
+
+def experiment_name(params_module: str, cpanel: Mapping[str, Any] | None = None) -> str:
+    """One experiment per parameter file unless the cpanel names another (key ``"experiment"``)."""
+    named = (cpanel or {}).get("experiment")
+    return str(named) if named else params_module

@@ -1,0 +1,306 @@
+"""Reading runs back from MLflow: the ``digideep runs`` table and learning-curve comparisons.
+
+::
+
+    digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--data-root DIR]
+    digideep runs compare RUN [RUN ...] [--metric KEY] [--out PNG]
+    digideep runs ui [--port PORT]
+
+The functions read MLflow through its client API only. The store is found as the tracker finds it
+(``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///data/mlflow.db``), see
+:func:`~digideep.tracking.naming.resolve_tracking_uri`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from mlflow import MlflowClient
+
+from digideep.errors import UsageError
+from digideep.tracking.failures import http_limits, one_line
+from digideep.tracking.mlflow_logger import DEFAULT_CURVE_METRICS
+from digideep.tracking.naming import (
+    DEFAULT_DATA_ROOT,
+    is_http_uri,
+    mlflow_key,
+    resolve_tracking_uri,
+    sqlite_path,
+    tracking_uri_of,
+)
+from digideep.tracking.plots import plot_learning_curves
+
+__all__ = [
+    "DEFAULT_RETURN_METRIC",
+    "compare_runs",
+    "differing_params",
+    "format_table",
+    "list_runs",
+    "main_runs",
+    "open_client",
+    "write_learning_curve",
+    "write_run_curves",
+]
+
+DEFAULT_RETURN_METRIC = "explore/train/episode_return"
+MAX_PARAM_COLUMNS = 8
+
+
+def open_client(tracking_uri: str | None = None, data_root: str | Path = DEFAULT_DATA_ROOT) -> MlflowClient:
+    """A client of the store the tracker writes to; fails with one line when there is none.
+
+    Raises:
+        UsageError: the embedded store does not exist yet, or the server does not answer.
+    """
+    uri = tracking_uri_of(tracking_uri, data_root)
+    db_path = sqlite_path(uri)
+    if db_path is not None and not db_path.exists():
+        raise UsageError(f"no MLflow store at {uri}; train a run first or pass --tracking-uri")
+    client = MlflowClient(uri)
+    try:
+        with http_limits(retries=0, timeout=5):
+            client.search_experiments(max_results=1)
+    except Exception as error:
+        raise UsageError(f"MLflow tracking at {uri} is not available ({one_line(error)})") from None
+    return client
+
+
+def differing_params(params: Sequence[Mapping[str, str]]) -> list[str]:
+    """Param keys whose value is not the same in every run (a missing key counts as a value).
+
+    ``cpanel/...`` keys come first. A params-tree key whose values across the runs equal those of
+    an earlier listed key is left out (``agents/sac/args/seed`` repeats ``cpanel/seed``).
+    """
+    keys = sorted(set().union(*params), key=lambda k: (not k.startswith("cpanel/"), k)) if params else []
+    chosen: list[str] = []
+    seen: set[tuple] = set()
+    for key in keys:
+        values = tuple(p.get(key) for p in params)
+        if len(set(values)) > 1 and values not in seen:
+            chosen.append(key)
+            seen.add(values)
+    return chosen
+
+
+def list_runs(
+    experiment: str,
+    tracking_uri: str | None = None,
+    metric: str = DEFAULT_RETURN_METRIC,
+    *,
+    data_root: str | Path = DEFAULT_DATA_ROOT,
+    max_runs: int = 200,
+    client: MlflowClient | None = None,
+) -> list[dict[str, Any]]:
+    """The runs of ``experiment``, oldest first, as table rows.
+
+    Returns:
+        One dict per run with keys, in column order: ``run_id``, ``name``, ``status``, the
+        differing params (:func:`differing_params`), ``steps`` (highest step of ``metric``),
+        ``last`` and ``best`` (last and highest value of ``metric``) and ``wall_time`` (seconds
+        from start to end, or to now while running). Missing figures are None.
+
+    Raises:
+        UsageError: the store is unreachable or has no such experiment.
+    """
+    client = client or open_client(tracking_uri, data_root)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise UsageError(f"no experiment '{experiment}' at {client.tracking_uri}; known experiments: {names}")
+    runs = client.search_runs(
+        [found.experiment_id], order_by=["attributes.start_time ASC"], max_results=max_runs
+    )
+    key = mlflow_key(metric)
+    columns = differing_params([run.data.params for run in runs])
+    rows = []
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, key) if key in run.data.metrics else []
+        history.sort(key=lambda m: (m.step, m.timestamp))
+        end = run.info.end_time or int(time.time() * 1000)
+        row: dict[str, Any] = {
+            "run_id": run.info.run_id,
+            "name": run.info.run_name,
+            "status": run.info.status,
+        }
+        row.update({column: run.data.params.get(column) for column in columns})
+        row["steps"] = history[-1].step if history else None
+        row["last"] = history[-1].value if history else None
+        row["best"] = max(m.value for m in history) if history else None
+        row["wall_time"] = (end - run.info.start_time) / 1000 if run.info.start_time else None
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], max_param_columns: int = MAX_PARAM_COLUMNS) -> str:
+    """Rows of :func:`list_runs` as an aligned text table (wall time as h:mm:ss)."""
+    if not rows:
+        return "(no runs)"
+    columns = list(rows[0])
+    fixed = {"run_id", "name", "status", "steps", "last", "best", "wall_time"}
+    params = [c for c in columns if c not in fixed]
+    note = ""
+    if len(params) > max_param_columns:
+        note = f"\n(+{len(params) - max_param_columns} more differing params not shown)"
+        columns = [c for c in columns if c in fixed or c in params[:max_param_columns]]
+    cells = [[_cell(column, row.get(column)) for column in columns] for row in rows]
+    widths = [max(len(column), *(len(line[i]) for line in cells)) for i, column in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in cells]
+    return "\n".join(line.rstrip() for line in lines) + note
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if column == "wall_time":
+        seconds = int(value)
+        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def write_run_curves(
+    client: MlflowClient, run_id: str, metrics: Sequence[str], out_png: str | Path
+) -> Path | None:
+    """Plot the histories of ``metrics`` of one run into ``out_png``; None when it has none of them."""
+    run = client.get_run(run_id)
+    curves = {}
+    for metric in metrics:
+        key = mlflow_key(metric)
+        if key in run.data.metrics:
+            history = client.get_metric_history(run_id, key)
+            curves[key] = ([m.step for m in history], [m.value for m in history])
+    if not curves:
+        return None
+    title = f"{run.info.run_name or run_id} ({run_id[:8]})"
+    ylabel = "episode return" if all(k.endswith("episode_return") for k in curves) else "value"
+    return plot_learning_curves(curves, out_png, title=title, ylabel=ylabel)
+
+
+def write_learning_curve(
+    run_id: str,
+    out_png: str | Path,
+    metrics: Sequence[str] = DEFAULT_CURVE_METRICS,
+    tracking_uri: str | None = None,
+    *,
+    data_root: str | Path = DEFAULT_DATA_ROOT,
+) -> Path | None:
+    """The learning-curve PNG of one run (train and test returns by default), e.g. after training."""
+    return write_run_curves(open_client(tracking_uri, data_root), run_id, metrics, out_png)
+
+
+def compare_runs(
+    run_ids: Sequence[str],
+    metric: str = DEFAULT_RETURN_METRIC,
+    out_png: str | Path = "runs_compare.png",
+    tracking_uri: str | None = None,
+    *,
+    data_root: str | Path = DEFAULT_DATA_ROOT,
+    client: MlflowClient | None = None,
+) -> Path:
+    """Write a PNG with one learning curve (``metric`` against environment frames) per run.
+
+    Raises:
+        UsageError: no run ids, a run that does not exist, or no run that has ``metric``.
+    """
+    if not run_ids:
+        raise UsageError("runs compare: give at least one run id (listed by 'digideep runs')")
+    client = client or open_client(tracking_uri, data_root)
+    key = mlflow_key(metric)
+    runs = []
+    for run_id in run_ids:
+        try:
+            runs.append(client.get_run(run_id))
+        except Exception:
+            raise UsageError(
+                f"no run '{run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
+            ) from None
+    columns = differing_params([run.data.params for run in runs])[:3]
+    curves = {}
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, key)
+        label = " ".join(
+            [f"{run.info.run_name or 'run'} ({run.info.run_id[:8]})"]
+            + [f"{c.removeprefix('cpanel/')}={_cell(c, run.data.params.get(c))}" for c in columns]
+        )
+        curves[label] = ([m.step for m in history], [m.value for m in history])
+    if not any(len(steps) for steps, _ in curves.values()):
+        raise UsageError(f"none of the runs has metric '{key}'; pick one with --metric")
+    return plot_learning_curves(curves, out_png, title=key, ylabel=key)
+
+
+# -- command line ---------------------------------------------------------------------------------
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"digideep runs{' ' + command if command else ''}")
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
+    )
+    parser.add_argument("--data-root", default=str(DEFAULT_DATA_ROOT), help="folder of the embedded store")
+    parser.add_argument(
+        "--metric", default=DEFAULT_RETURN_METRIC, help="return metric (default: %(default)s)"
+    )
+    if command == "compare":
+        parser.add_argument("run_ids", nargs="+", metavar="RUN", help="run ids from 'digideep runs'")
+        parser.add_argument("--out", default="runs_compare.png", help="PNG to write (default: %(default)s)")
+    elif command == "ui":
+        parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: %(default)s)")
+    else:
+        parser.add_argument("--experiment", help="experiment name (default: every experiment with runs)")
+    return parser
+
+
+def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """``digideep runs [compare RUN ... | ui]``: returns the exit code; bad input raises UsageError."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out = out or sys.stdout
+    command = argv[0] if argv and argv[0] in ("compare", "ui") else ""
+    args = _parser(command).parse_args(argv[1:] if command else argv)
+    if command == "ui":
+        return _run_ui(args.tracking_uri, args.data_root, args.port)
+    with http_limits(
+        retries=2, timeout=30
+    ):  # a server that stops answering fails the command, never hangs it
+        return _list_or_compare(command, args, out)
+
+
+def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
+    client = open_client(args.tracking_uri, args.data_root)
+    if command == "compare":
+        png = compare_runs(args.run_ids, args.metric, args.out, client=client)
+        out.write(f"wrote {png}\n")
+        return 0
+    names = [args.experiment] if args.experiment else _experiments_with_runs(client)
+    if not names:
+        out.write(f"no runs at {client.tracking_uri}\n")
+    for name in names:
+        out.write(
+            f"experiment {name}\n{format_table(list_runs(name, metric=args.metric, client=client))}\n\n"
+        )
+    return 0
+
+
+def _experiments_with_runs(client: MlflowClient) -> list[str]:
+    experiments = client.search_experiments(order_by=["name ASC"])
+    return [e.name for e in experiments if client.search_runs([e.experiment_id], max_results=1)]
+
+
+def _run_ui(tracking_uri: str | None, data_root: str, port: int) -> int:
+    uri, artifacts = resolve_tracking_uri(tracking_uri, data_root)
+    if is_http_uri(uri):
+        raise UsageError(f"the tracking server at {uri} serves the UI already; open it in a browser")
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    if artifacts:
+        command += ["--artifacts-destination", artifacts]
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,131 @@
+"""Exact resume: a run killed with SIGKILL and resumed ends bit-identical to a run never stopped.
+
+Every run here is a real subprocess (``python -m digideep.main``) training real agents on real
+environments with the Zarr memory on disk, as a user would run it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from digideep.memory import Memory
+from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
+from tests.conftest import REPO
+
+SMALL_SAC = {
+    "number_epochs": 4,
+    "epoch_size": 2,
+    "n_steps": 25,
+    "learning_starts": 25,
+    "batch_size": 32,
+    "hidden_sizes": [32, 32],
+    "save_interval": 1,
+    "test_interval": 2,
+    "test_episodes": 1,
+    "buffer_size": 1000,
+}
+HALFCHEETAH = {**SMALL_SAC, "model_name": "HalfCheetah-v5", "n_steps": 20, "learning_starts": 20}
+
+
+def train_command(root: Path, name: str, params: str, cpanel: dict) -> list[str]:
+    return [
+        sys.executable, "-m", "digideep.main", "--params", params, "--no-prefect",
+        "--session-path", str(root), "--session-name", name, "--cpanel", json.dumps(cpanel),
+    ]  # fmt: skip
+
+
+def resume_command(root: Path, name: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "digideep.main",
+        "--resume",
+        name,
+        "--session-path",
+        str(root),
+        "--no-prefect",
+    ]
+
+
+def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def kill_after_checkpoint(command: list[str], env: dict, checkpoints: Path, count: int) -> None:
+    """Start training and SIGKILL it as soon as ``count`` checkpoints exist (wherever it is then)."""
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if checkpoints.is_dir() and len(list(checkpoints.glob("checkpoint-*"))) >= count:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def assert_same_tensors(a, b, where: str = "") -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same_tensors(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, where
+
+
+def final_state(root: Path, name: str) -> tuple[dict, dict]:
+    session = root / name
+    checkpoint = latest_checkpoint(session / "checkpoints")
+    info, states = load_checkpoint(checkpoint.path)
+    capacity = info["params"]["memory"]["train"]["args"]["capacity"]
+    memory = Memory(session / "memory" / "train.zarr", num_workers=1, capacity=capacity)
+    memory.load_state_dict(states["memories"]["train"])
+    memory.load()
+    contents = {key: np.array(memory[key]) for key in memory}
+    return states, {"contents": contents, "pointers": memory.state_dict(), "iteration": info["iteration"]}
+
+
+@pytest.mark.parametrize(
+    ("params", "cpanel"),
+    [("params.pendulum_sac", SMALL_SAC), ("params.mujoco_sac", HALFCHEETAH)],
+    ids=["Pendulum-v1", "HalfCheetah-v5"],
+)
+def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_env, params, cpanel):
+    run(train_command(tmp_path, "straight", params, cpanel), run_env)
+
+    interrupted = train_command(tmp_path, "killed", params, cpanel)
+    kill_after_checkpoint(interrupted, run_env, tmp_path / "killed" / "checkpoints", count=2)
+    assert not (tmp_path / "killed" / "done.json").exists(), "the run finished before it could be killed"
+    run(resume_command(tmp_path, "killed"), run_env)
+
+    straight_states, straight_memory = final_state(tmp_path, "straight")
+    killed_states, killed_memory = final_state(tmp_path, "killed")
+    assert straight_memory["iteration"] == killed_memory["iteration"] == 8
+    assert_same_tensors(straight_states["agents"], killed_states["agents"], "agents")
+    assert straight_memory["pointers"] == killed_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, killed_memory["contents"][key], err_msg=key)
+    straight_counters = straight_states["counters"]
+    killed_counters = killed_states["counters"]
+    for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
+        assert straight_counters[counter] == killed_counters[counter], counter

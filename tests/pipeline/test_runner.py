@@ -1,0 +1,175 @@
+"""The Runner in real subprocesses: crashes mid-checkpoint, SIGTERM, retention, finished sessions, bad checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
+from tests.conftest import REPO
+from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_command
+
+CRASH_IN_SECOND_SAVE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch
+    from digideep.pipeline import checkpoint
+    saves = []
+    real_save = torch.save
+    def dying_save(obj, file):
+        saves.append(1)
+        if len(saves) == 2:  # second checkpoint: write half a file, then die like a power cut
+            file.write(b"PK-half-written")
+            file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_save(obj, file)
+    checkpoint.torch.save = dying_save
+    from digideep.main import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    """Path -> content hash of every file under ``folder``."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp_path, run_env):
+    command = train_command(tmp_path, "s", "params.pendulum_sac", SMALL_SAC)
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASH_IN_SECOND_SAVE, *command[3:]],
+        cwd=REPO,
+        env=run_env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    checkpoints = tmp_path / "s" / "checkpoints"
+    assert [c.iteration for c in find_checkpoints(checkpoints)] == [2]
+    assert list(checkpoints.glob(".tmp-checkpoint-*")), (
+        "the half-written save should be left in its temporary folder"
+    )
+    load_checkpoint(latest_checkpoint(checkpoints).path)  # the newest complete checkpoint loads
+
+    run(resume_command(tmp_path, "s"), run_env)
+    assert not list(checkpoints.glob(".tmp-checkpoint-*"))
+    assert (tmp_path / "s" / "done.json").exists()
+    info, _ = load_checkpoint(latest_checkpoint(checkpoints).path)
+    assert info["counters"]["iteration"] == 8
+
+
+def test_sigterm_finishes_the_iteration_checkpoints_and_exits_cleanly(tmp_path, run_env):
+    cpanel = {**SMALL_SAC, "number_epochs": 200, "save_interval": 100}
+    process = subprocess.Popen(
+        train_command(tmp_path, "s", "params.pendulum_sac", cpanel),
+        cwd=REPO,
+        env=run_env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "s" / "log.txt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and "epoch 2/" in log.read_text()):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-2000:]
+    assert "SIGTERM received" in stderr
+    newest = latest_checkpoint(tmp_path / "s" / "checkpoints")
+    assert newest is not None and newest.iteration >= 4
+    assert not (tmp_path / "s" / "done.json").exists()
+
+
+def test_retention_keeps_the_last_k_and_the_best(tmp_path, run_env):
+    cpanel = {**SMALL_SAC, "number_epochs": 5, "epoch_size": 1, "test_interval": 1}
+    run(train_command(tmp_path, "s", "params.pendulum_sac", cpanel), run_env)
+    found = find_checkpoints(tmp_path / "s" / "checkpoints")
+    _, states = load_checkpoint(found[-1].path)
+    best = states["counters"]["best_checkpoint"]
+    expected = sorted({3, 4, 5, best})  # keep_checkpoints = 3, plus the best
+    assert [c.iteration for c in found] == expected
+
+
+def test_a_finished_session_says_so_instead_of_training_again(tmp_path, run_env):
+    run(train_command(tmp_path, "s", "params.pendulum_sac", {**SMALL_SAC, "number_epochs": 1}), run_env)
+    before = fingerprint(tmp_path / "s" / "checkpoints")
+    result = run(resume_command(tmp_path, "s"), run_env)
+    assert "already finished" in result.stderr
+    assert fingerprint(tmp_path / "s" / "checkpoints") == before
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, mlflow_uri) -> Path:
+    """A finished small session to damage in the bad-input tests (each test works on a copy)."""
+    root = tmp_path_factory.mktemp("trained")
+    environment = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri}
+    run(train_command(root, "s", "params.pendulum_sac", {**SMALL_SAC, "number_epochs": 1}), environment)
+    return root / "s"
+
+
+NO_COMPLETE = "has no complete checkpoint to resume from"
+
+
+def damage_runner_json(checkpoint: Path, change) -> None:
+    info = json.loads((checkpoint / "runner.json").read_text())
+    change(info)
+    (checkpoint / "runner.json").write_text(json.dumps(info))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        # resume skips a folder that lacks a file (an incomplete save); here it was the only checkpoint
+        (lambda c: (c / "states.pt").unlink(), {"play": "states.pt' is missing", "resume": NO_COMPLETE}),
+        (lambda c: (c / "runner.json").unlink(), {"play": "runner.json' is missing", "resume": NO_COMPLETE}),
+        (
+            lambda c: (c / "states.pt").write_bytes((c / "states.pt").read_bytes()[:100]),
+            "states.pt' is damaged or truncated",
+        ),
+        (lambda c: (c / "runner.json").write_text("{not json"), "runner.json' is damaged"),
+        (lambda c: damage_runner_json(c, lambda i: i.update(format_version=0)), "has format version 0"),
+        (
+            lambda c: damage_runner_json(
+                c, lambda i: i["params"]["agents"]["agent"].update(type="digideep.agents.gone.Agent")
+            ),
+            "names agent 'agent' class 'digideep.agents.gone.Agent', which cannot be imported",
+        ),
+    ],
+    ids=["no-states", "no-runner", "truncated", "bad-json", "old-version", "missing-class"],
+)
+@pytest.mark.parametrize("command", ["play", "resume"])
+def test_bad_checkpoints_give_one_line_exit_2_and_change_nothing(
+    tmp_path, trained, run_env, damage, message, command
+):
+    session = tmp_path / "s"
+    subprocess.run(["cp", "-r", str(trained), str(session)], check=True)
+    (session / "done.json").unlink()
+    checkpoint = latest_checkpoint(session / "checkpoints").path
+    damage(checkpoint)
+    before = fingerprint(session)
+    if command == "play":
+        args = [sys.executable, "-m", "digideep.main", "--play", "--load-checkpoint", str(checkpoint)]
+    else:
+        args = resume_command(tmp_path, "s")
+    result = subprocess.run(args, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    expected = message[command] if isinstance(message, dict) else message
+    assert last.startswith("digideep: error: ") and expected in last
+    after = fingerprint(session)
+    after.pop("log.txt", None), before.pop("log.txt", None)
+    assert after == before
