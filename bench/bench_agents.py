@@ -1,0 +1,248 @@
+"""Agent update speed against Stable-Baselines3, measured in the same run with the same torch threads.
+
+    python bench/bench_agents.py [--threads 1] [--grad-steps 300] [--repeats 3] [--ppo-iterations 2]
+
+- SAC and TD3: gradient steps per second at HalfCheetah sizes (obs 17, act 6, 256x256 networks,
+  batch 256), replay memories of 100,000 random transitions. digideep times
+  ``agent.update(agent.sample(memory))`` with ``updates_per_iteration = grad_steps`` (sampling
+  included); SB3 times ``model.train(gradient_steps=grad_steps, batch_size=256)`` (its own sampling
+  included). Both in float32; digideep also with ``precision="bfloat16"``.
+- PPO on HalfCheetah-v5 (1 env, n_steps 2048, 10 epochs, minibatch 64, 64x64 tanh networks):
+  environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
+  PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards.
+
+Each figure is the median of ``--repeats`` timings, digideep and SB3 interleaved. Ratios are
+digideep / SB3. The machine's other load affects both sides; compare ratios, not absolute numbers.
+Stable-Baselines3 is a bench extra (``pip install stable-baselines3``); without it only digideep's
+absolute figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from digideep.agents.ppo import PPO
+from digideep.agents.sac import SAC
+from digideep.agents.td3 import TD3
+from digideep.environment.explorer import Explorer
+from digideep.memory import Memory, RolloutMemory
+
+try:
+    import stable_baselines3 as sb3
+except ImportError:  # the bench extra is not installed
+    sb3 = None
+
+OBS_DIM, ACT_DIM, BATCH, HIDDEN, REPLAY = 17, 6, 256, [256, 256], 100_000
+
+
+def median_rate(work: float, timings: list[float]) -> float:
+    return work / statistics.median(timings)
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# -- off-policy ----------------------------------------------------------------------------------
+def random_replay(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = REPLAY
+    return {
+        "obs": rng.standard_normal((n, OBS_DIM), dtype=np.float32),
+        "next_obs": rng.standard_normal((n, OBS_DIM), dtype=np.float32),
+        "actions": rng.uniform(-1, 1, (n, ACT_DIM)).astype(np.float32),
+        "rewards": rng.standard_normal(n).astype(np.float32),
+        "terminals": (rng.random(n) < 0.001).astype(np.float32),
+    }
+
+
+def digideep_off_policy(cls: type, data: dict[str, np.ndarray], grad_steps: int, folder: Path, **kw: Any):
+    session = SimpleNamespace(device=torch.device("cpu"))
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    agent = cls(
+        "agent",
+        session,
+        obs_space,
+        act_space,
+        batch_size=BATCH,
+        hidden_sizes=HIDDEN,
+        updates_per_iteration=grad_steps,
+        learning_starts=0,
+        **kw,
+    )
+    memory = Memory(folder / f"{cls.__name__}-{kw.get('precision', 'float32')}.zarr", 1, REPLAY + 1)
+    chunk = {
+        "/observations": data["obs"][None],
+        "/next_observations": data["next_obs"][None],
+        "/agents/agent/actions": data["actions"][None],
+        "/rewards": data["rewards"][None, :, None],
+        "/terminals": data["terminals"][None, :, None],
+        "/truncations": np.zeros((1, REPLAY, 1), np.float32),
+        "/masks": np.ones((1, REPLAY, 1), np.float32),
+    }
+    memory.store(chunk)
+
+    def run() -> None:
+        agent.update(agent.sample(memory))
+
+    return run
+
+
+def sb3_off_policy(name: str, data: dict[str, np.ndarray], grad_steps: int):
+    env = gym.make("HalfCheetah-v5")
+    cls = {"SAC": sb3.SAC, "TD3": sb3.TD3}[name]
+    model = cls(
+        "MlpPolicy",
+        env,
+        batch_size=BATCH,
+        buffer_size=REPLAY,
+        learning_starts=10**9,
+        device="cpu",
+        policy_kwargs={"net_arch": HIDDEN},
+        seed=0,
+    )
+    model.learn(total_timesteps=10)  # sets up the logger; no training before learning_starts
+    buffer = model.replay_buffer
+    n = REPLAY
+    buffer.observations[:n, 0] = data["obs"]
+    buffer.next_observations[:n, 0] = data["next_obs"]
+    buffer.actions[:n, 0] = data["actions"]
+    buffer.rewards[:n, 0] = data["rewards"]
+    buffer.dones[:n, 0] = data["terminals"]
+    buffer.pos, buffer.full = 0, True
+
+    def run() -> None:
+        model.train(gradient_steps=grad_steps, batch_size=BATCH)
+
+    return run
+
+
+def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
+    data = random_replay(np.random.default_rng(0))
+    for cls in (SAC, TD3):
+        runs = {
+            "digideep float32": digideep_off_policy(cls, data, args.grad_steps, folder),
+            "digideep bfloat16": digideep_off_policy(
+                cls, data, args.grad_steps, folder, precision="bfloat16"
+            ),
+        }
+        if sb3 is not None:
+            runs["sb3 float32"] = sb3_off_policy(cls.__name__, data, args.grad_steps)
+        for run in runs.values():
+            run()  # warm-up
+        timings: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(args.repeats):
+            for key, run in runs.items():
+                timings[key].append(timed(run))
+        rates = {k: median_rate(args.grad_steps, t) for k, t in timings.items()}
+        report(f"{cls.__name__} gradient steps/s", rates, "sb3 float32")
+
+
+# -- PPO -----------------------------------------------------------------------------------------
+def bench_ppo(args: argparse.Namespace) -> None:
+    n_steps, iterations = 2048, args.ppo_iterations
+    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    env_params = {"model_name": "HalfCheetah-v5"}
+    explorer = None
+
+    def digideep_setup() -> Any:
+        nonlocal explorer
+        from digideep.environment.make_environment import MakeEnvironment
+
+        observation_space, action_space = MakeEnvironment(**env_params).spaces()
+        agent = PPO("agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64)
+        explorer = Explorer(session, {"agent": agent}, "train", env_params, 1, n_steps, seed=0)
+        memory = RolloutMemory(1)
+
+        def run() -> None:
+            for _ in range(iterations):
+                memory.store(explorer.update())
+                agent.update(agent.sample(memory))
+
+        def act_only() -> None:
+            explorer.update()
+
+        return run, act_only, agent, memory
+
+    run, act_only, agent, memory = digideep_setup()
+    runs = {"digideep": run}
+    if sb3 is not None:
+        model = sb3.PPO(
+            "MlpPolicy",
+            gym.make("HalfCheetah-v5"),
+            n_steps=n_steps,
+            batch_size=64,
+            n_epochs=10,
+            device="cpu",
+            seed=0,
+        )
+
+        def sb3_run() -> None:
+            model.learn(total_timesteps=n_steps * iterations, reset_num_timesteps=False)
+
+        runs["sb3"] = sb3_run
+    for r in runs.values():
+        r()  # warm-up
+    timings: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for key, r in runs.items():
+            timings[key].append(timed(r))
+    frames = n_steps * iterations
+    report("PPO frames/s incl. updates", {k: median_rate(frames, t) for k, t in timings.items()}, "sb3")
+    explore = [timed(act_only) for _ in range(args.repeats)]
+    batch = agent.sample(memory)
+    update = [timed(lambda: agent.update(batch)) for _ in range(args.repeats)]
+    print(
+        f"  digideep parts: explore {statistics.median(explore) * 1e6 / n_steps:.0f} us/step "
+        f"(env + agent), update {statistics.median(update):.2f} s per 2048-frame chunk (320 minibatches)"
+    )
+    explorer.close()
+
+
+def report(title: str, rates: dict[str, float], baseline: str) -> None:
+    print(title)
+    base = rates.get(baseline)
+    for key, rate in rates.items():
+        ratio = f"  {rate / base:5.2f}x {baseline}" if base and key != baseline else ""
+        print(f"  {key:<20} {rate:9.1f}{ratio}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
+    parser.add_argument("--grad-steps", type=int, default=300, help="gradient steps per timing (SAC/TD3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median reported)")
+    parser.add_argument("--ppo-iterations", type=int, default=2, help="2048-frame iterations per PPO timing")
+    parser.add_argument("--only", choices=["off-policy", "ppo"], help="run one part")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), "
+        f"stable-baselines3 {sb3.__version__ if sb3 else 'not installed'}"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        if args.only in (None, "off-policy"):
+            bench_off_policy(args, Path(folder))
+        if args.only in (None, "ppo"):
+            bench_ppo(args)
+
+
+if __name__ == "__main__":
+    main()

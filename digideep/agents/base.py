@@ -1,0 +1,263 @@
+"""Bases of agents and policies (shared helpers: :mod:`digideep.agents.utils`).
+
+An agent (:class:`AgentBase`) owns a policy (:class:`PolicyBase`), its optimizers and a sampler. The
+Explorer calls :meth:`AgentBase.action_generator` every step; the Runner calls
+:meth:`AgentBase.sample` and :meth:`AgentBase.update` every iteration. See ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from digideep.agents.utils import ObservationAdapter, Observations
+
+__all__ = ["AgentBase", "PolicyBase"]
+
+log = logging.getLogger(__name__)
+
+
+class PolicyBase(nn.Module):
+    """A policy: the networks that map observations to actions.
+
+    Subclasses implement :meth:`generate_actions`. With several GPUs, :meth:`parallelize` wraps the
+    named sub-networks in ``torch.nn.DataParallel``; :meth:`state_dict` still returns the plain
+    names (no ``module.`` segments), so a checkpoint loads on a CPU-only machine.
+    """
+
+    def generate_actions(
+        self,
+        observations: torch.Tensor,
+        hidden_state: torch.Tensor,
+        masks: torch.Tensor,
+        deterministic: bool,
+    ) -> dict[str, Any]:
+        """Actions for a batch of workers.
+
+        Args:
+            observations: ``(W, obs_dim) float32``.
+            hidden_state: ``(W, h) float32``.
+            masks: ``(W, 1) float32``, 0.0 where a new episode starts.
+            deterministic: act greedily (no exploration noise).
+
+        Returns:
+            ``{"actions": (W, ...), "hidden_state": (W, h), "artifacts": {name: (W, ...)}}`` tensors.
+        """
+        raise NotImplementedError
+
+    def parallelize(self, names: Iterable[str], force: bool = False) -> None:
+        """Wrap the sub-networks ``names`` in ``torch.nn.DataParallel`` when several GPUs are visible.
+
+        Args:
+            names: attribute names of sub-networks whose first input and output are batch-first.
+            force: wrap even with fewer than two GPUs (DataParallel then calls the module directly).
+        """
+        if not force and torch.cuda.device_count() < 2:
+            return
+        for name in names:
+            module = getattr(self, name)
+            if not isinstance(module, nn.DataParallel):
+                setattr(self, name, nn.DataParallel(module))
+
+    def unwrapped(self, name: str) -> nn.Module:
+        """The sub-network ``name`` without its DataParallel wrapper."""
+        module = getattr(self, name)
+        return module.module if isinstance(module, nn.DataParallel) else module
+
+    def _parallel_prefixes(self) -> list[str]:
+        return [f"{name}." for name, m in self.named_children() if isinstance(m, nn.DataParallel)]
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        state = super().state_dict(*args, **kwargs)
+        for prefix in self._parallel_prefixes():
+            wrapped = prefix + "module."
+            state = type(state)(
+                (prefix + key[len(wrapped) :] if key.startswith(wrapped) else key, value)
+                for key, value in state.items()
+            )
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):  # type: ignore[override]
+        prefixes = self._parallel_prefixes()
+        if prefixes:
+            renamed = {}
+            for key, value in state_dict.items():
+                prefix = next((p for p in prefixes if key.startswith(p)), None)
+                renamed[prefix + "module." + key[len(prefix) :] if prefix else key] = value
+            state_dict = renamed
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+class AgentBase:
+    """An agent: acts for the Explorer, samples its memory and learns for the Runner.
+
+    Args:
+        name: the agent's name, used in trajectory keys (``/agents/<name>/actions``).
+        session: the running session; only ``session.device`` is used here.
+        observation_space: the single-environment observation space.
+        action_space: this agent's own action space.
+        **params: the agent's slice of the params tree; subclasses take typed keywords.
+    """
+
+    hidden_size: int = 1
+
+    def __init__(
+        self,
+        name: str,
+        session: Any,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        **params: Any,
+    ) -> None:
+        if params:
+            raise TypeError(
+                f"agent '{name}' ({type(self).__name__}) got unknown parameters {sorted(params)}; "
+                "check the agent's args in the params file"
+            )
+        self.name = name
+        self.session = session
+        self.device = torch.device(getattr(session, "device", "cpu"))
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.obs = ObservationAdapter(observation_space)
+        self.updates = 0  # gradient steps made
+        self.iterations = 0  # update() calls that made gradient steps
+
+    # -- Explorer interface ----------------------------------------------------------------------
+    def initial_hidden_state(self, num_workers: int) -> np.ndarray:
+        """``(W, h) float32`` zeros: the recurrent state before the first step."""
+        return np.zeros((num_workers, self.hidden_size), dtype=np.float32)
+
+    def action_generator(
+        self,
+        observations: Observations,
+        hidden_state: np.ndarray,
+        masks: np.ndarray,
+        deterministic: bool = False,
+    ) -> dict[str, Any]:
+        """Actions for one step of every worker.
+
+        Args:
+            observations: ``(W, *obs_shape)`` or a dict of such arrays keyed by path.
+            hidden_state: ``(W, h) float32``.
+            masks: ``(W, 1) float32``; 0.0 where the worker starts a new episode.
+            deterministic: act greedily.
+
+        Returns:
+            ``{"actions": (W, *act_shape), "hidden_state": (W, h) float32, "artifacts": {k: (W, ...)}}``
+            numpy arrays.
+        """
+        with torch.inference_mode():
+            obs = self.obs.from_explorer(observations, self.device)
+            hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
+            mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
+            out = self._act(obs, hidden, mask, deterministic)
+        return _to_numpy(out)
+
+    def random_action_generator(
+        self, observations: Observations, hidden_state: np.ndarray, masks: np.ndarray
+    ) -> dict[str, Any]:
+        """Uniformly random actions (warm start), in the same format as :meth:`action_generator`."""
+        num_workers = np.asarray(masks).shape[0]
+        with torch.inference_mode():
+            actions = _uniform_actions(self.action_space, num_workers, self.device)
+            obs = self.obs.from_explorer(observations, self.device)
+            hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
+            mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
+            out = self._random_artifacts(obs, hidden, mask, actions)
+        return _to_numpy(out)
+
+    def _act(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
+    ) -> dict[str, Any]:
+        """Subclass hook: tensors in, ``{"actions", "hidden_state", "artifacts"}`` tensors out."""
+        raise NotImplementedError
+
+    def _random_artifacts(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor
+    ) -> dict[str, Any]:
+        """Subclass hook: the outputs for given random actions (artifacts empty by default)."""
+        del obs, masks
+        return {"actions": actions, "hidden_state": hidden, "artifacts": {}}
+
+    # -- Runner interface ------------------------------------------------------------------------
+    def sample(self, memory: Any) -> Any:
+        """This iteration's batches from ``memory`` (None when there is nothing to learn from yet)."""
+        raise NotImplementedError
+
+    def update(self, batches: Any) -> dict[str, float]:
+        """Learn from ``batches``; returns metrics like ``{"losses/qf_loss": 0.3}``."""
+        raise NotImplementedError
+
+    # -- state -----------------------------------------------------------------------------------
+    def _stateful(self) -> dict[str, Any]:
+        """Objects with ``state_dict()`` / ``load_state_dict()`` (policy, optimizers, noise)."""
+        return {}
+
+    def _counters(self) -> dict[str, str]:
+        return {"updates": "updates", "iterations": "iterations"}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, targets, optimizers, noise, temperature and counters.
+
+        Tensors are copied to CPU so the checkpoint loads anywhere with
+        ``torch.load(path, weights_only=True)``.
+        """
+        state: dict[str, Any] = {
+            name: _to_cpu(obj.state_dict()) for name, obj in self._stateful().items() if obj is not None
+        }
+        state["counters"] = {key: int(getattr(self, attr)) for key, attr in self._counters().items()}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (tensors move to this agent's device)."""
+        for name, obj in self._stateful().items():
+            if obj is None:
+                continue
+            if name not in state:
+                raise ValueError(
+                    f"agent '{self.name}' state has no '{name}' entry; was it saved by another agent type?"
+                )
+            obj.load_state_dict(state[name])
+        for key, attr in self._counters().items():
+            if key in state.get("counters", {}):
+                setattr(self, attr, int(state["counters"][key]))
+
+
+def _uniform_actions(space: gym.Space, num_workers: int, device: torch.device) -> torch.Tensor:
+    if isinstance(space, gym.spaces.Discrete):
+        return torch.randint(int(space.start), int(space.start + space.n), (num_workers,), device=device)
+    if isinstance(space, gym.spaces.Box):
+        low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+        high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
+        if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+            raise ValueError(f"cannot draw uniform actions from the unbounded space {space}")
+        return low + (high - low) * torch.rand((num_workers, *space.shape), device=device)
+    raise TypeError(f"random actions for {space} are not supported; use a Box or Discrete action space")
+
+
+def _to_numpy(out: Mapping[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in out.items():
+        if isinstance(value, Mapping):
+            result[key] = _to_numpy(value)
+        else:
+            array = value.detach().cpu().numpy()
+            result[key] = array.astype(np.float32) if array.dtype == np.float64 else array
+    return result
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, Mapping):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu(v) for v in value]
+    return value

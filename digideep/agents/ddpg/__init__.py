@@ -1,0 +1,5 @@
+"""Deep Deterministic Policy Gradient."""
+
+from digideep.agents.ddpg.agent import DDPG
+
+__all__ = ["DDPG"]

@@ -1,0 +1,184 @@
+"""What the off-policy agents (DDPG, TD3, SAC) share: replay sampling and batch preparation.
+
+Each iteration the Runner stores a chunk of ``n_steps x num_workers`` transitions; :meth:`sample`
+then draws ``updates_per_iteration`` minibatches of ``batch_size`` transitions in one call of the
+memory's sampler, and :meth:`update` moves them to the device once and makes one gradient step per
+minibatch. Metric tensors are gathered on the device and read once at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from digideep.agents.base import AgentBase
+from digideep.agents.utils import BoxScaler, to_torch
+from digideep.memory import Sampler, uniform_transitions
+
+__all__ = ["OffPolicyAgent", "Transitions"]
+
+log = logging.getLogger(__name__)
+
+
+class Transitions(NamedTuple):
+    """Minibatches of transitions on the device; the leading axis indexes gradient steps.
+
+    Attributes:
+        observations: ``(N, B, obs_dim) float32``.
+        actions: ``(N, B, act_dim) float32`` in normalized ``[-1, 1]`` units.
+        rewards: ``(N, B) float32``.
+        next_observations: ``(N, B, obs_dim) float32``, the true next observation (final observation
+            of an episode that ended in the transition).
+        terminals: ``(N, B) float32``, 1.0 where the transition terminated (no bootstrap); truncated
+            transitions have 0.0 and bootstrap from ``next_observations``.
+    """
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_observations: torch.Tensor
+    terminals: torch.Tensor
+
+
+class OffPolicyAgent(AgentBase):
+    """Base of replay-based agents with a Box action space.
+
+    Args:
+        name: agent name.
+        session: the running session (its ``device`` is used).
+        observation_space: single-env observation space (Box or Dict of Boxes).
+        action_space: this agent's Box action space (finite bounds).
+        gamma: discount factor.
+        tau: Polyak coefficient of the target networks.
+        batch_size: transitions per gradient step.
+        updates_per_iteration: gradient steps per ``update()`` call (per stored chunk); the params files
+            set it to ``n_steps * num_workers * updates_per_step`` (SB3: ``gradient_steps`` per ``train_freq``).
+        learning_starts: transitions the memory must hold (all workers together) before learning starts.
+        hidden_sizes: hidden widths of actor and critics.
+        data_parallel: wrap networks in ``torch.nn.DataParallel`` when several GPUs are visible.
+        seed: seed of the sampler's generator (which transitions are drawn).
+        precision: ``"float32"``, or ``"bfloat16"`` to run the hidden layers of the update under
+            ``torch.autocast`` (output layers, losses, weights and optimizer stay float32). About 2x
+            faster updates on CPUs with AVX512-BF16/AMX and on recent GPUs; slightly noisier numerics.
+        **params: passed to :class:`AgentBase` (unknown names raise).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        session: Any,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        batch_size: int = 256,
+        updates_per_iteration: int = 1,
+        learning_starts: int = 1000,
+        hidden_sizes: Sequence[int] = (256, 256),
+        data_parallel: bool = False,
+        seed: int = 0,
+        precision: str = "float32",
+        **params: Any,
+    ) -> None:
+        super().__init__(name, session, observation_space, action_space, **params)
+        _check_positive(batch_size=batch_size, updates_per_iteration=updates_per_iteration)
+        if not 0.0 <= gamma <= 1.0 or not 0.0 < tau <= 1.0:
+            raise ValueError(f"need 0 <= gamma <= 1 and 0 < tau <= 1, got gamma={gamma}, tau={tau}")
+        self.scaler = BoxScaler(action_space, self.device)
+        self.gamma = float(gamma)
+        self.tau = float(tau)
+        self.batch_size = int(batch_size)
+        self.updates_per_iteration = int(updates_per_iteration)
+        self.learning_starts = int(learning_starts)
+        self.hidden_sizes = [int(h) for h in hidden_sizes]
+        self.data_parallel = bool(data_parallel)
+        if precision not in ("float32", "bfloat16"):
+            raise ValueError(f"precision must be 'float32' or 'bfloat16', got {precision!r}")
+        self.precision = precision
+        self.sampler = Sampler(
+            [uniform_transitions],
+            {
+                "batch_size": self.batch_size,
+                "num_batches": self.updates_per_iteration,
+                "keys": self.batch_keys(),
+                "seed": seed,
+            },
+        )
+
+    # -- keys ------------------------------------------------------------------------------------
+    @property
+    def action_key(self) -> str:
+        return f"/agents/{self.name}/actions"
+
+    def batch_keys(self) -> list[str]:
+        """Trajectory keys a minibatch needs."""
+        return [
+            *self.obs.keys("/observations"),
+            self.action_key,
+            "/rewards",
+            *self.obs.keys("/next_observations"),
+            "/terminals",
+        ]
+
+    # -- Runner interface ------------------------------------------------------------------------
+    def sample(self, memory: Any) -> dict[str, np.ndarray] | None:
+        """``updates_per_iteration`` minibatches of ``batch_size`` transitions drawn uniformly.
+
+        Returns:
+            ``{key: (N, B, ...)}`` numpy arrays (plus ``/indices``), or None while the memory holds fewer
+            than ``learning_starts`` transitions.
+        """
+        if int(memory.size) * int(memory.num_workers) < max(self.learning_starts, 1):
+            return None
+        return self.sampler(memory)
+
+    def update(self, batches: Mapping[str, np.ndarray] | None) -> dict[str, float]:
+        """One gradient step per minibatch of ``batches`` (``{key: (N, B, ...)}``); ``{}`` when None."""
+        if batches is None:
+            return {}
+        data = self.prepare(batches)
+        metrics = self.learn(data)
+        self.iterations += 1
+        return metrics
+
+    def prepare(self, batches: Mapping[str, np.ndarray]) -> Transitions:
+        """Move a sampled ``{key: (N, B, ...)}`` dict to the device as :class:`Transitions`."""
+        missing = [k for k in self.batch_keys() if k not in batches]
+        if missing:
+            raise ValueError(f"agent '{self.name}': the batch lacks {missing}; sample it with agent.sample()")
+        tensors = to_torch({k: batches[k] for k in self.batch_keys()}, self.device)
+        observations = self.obs.from_batch(tensors, "/observations")
+        lead = observations.shape[:2]
+        return Transitions(
+            observations=observations,
+            actions=self.scaler.to_normalized(tensors[self.action_key].reshape(*lead, -1).float()),
+            rewards=tensors["/rewards"].reshape(lead).float(),
+            next_observations=self.obs.from_batch(tensors, "/next_observations"),
+            terminals=tensors["/terminals"].reshape(lead).float(),
+        )
+
+    def _stateful(self) -> dict[str, Any]:
+        return {"sampler": self.sampler}
+
+    def mixed_precision(self) -> contextlib.AbstractContextManager:
+        """The autocast context of the update's forward passes (a no-op in float32)."""
+        if self.precision == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def learn(self, data: Transitions) -> dict[str, float]:
+        """The gradient loop over ``data``'s leading axis (subclasses)."""
+        raise NotImplementedError
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if int(value) < 1:
+            raise ValueError(f"{key} must be >= 1, got {value}")

@@ -1,0 +1,331 @@
+"""Proximal Policy Optimization (Schulman et al. 2017).
+
+The update follows CleanRL's ``ppo_continuous_action.py``: GAE over the latest chunk (bootstrapping
+through truncations from the true final observation, never across an episode end), then ``n_epochs``
+passes of shuffled minibatches with the clipped surrogate, the (optionally clipped) value loss and
+the entropy bonus, gradient-norm clipping and optional linear annealing of the learning rate and clip
+range. A recurrent policy trains on whole worker sequences, replaying its GRU from the stored state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from digideep.agents.base import AgentBase
+from digideep.agents.ppo import losses
+from digideep.agents.ppo.policy import ActorCriticPolicy
+from digideep.agents.utils import MetricAccumulator, make_adam, to_torch
+from digideep.memory import Sampler, get_last_chunk
+
+__all__ = ["PPO"]
+
+log = logging.getLogger(__name__)
+
+
+class PPO(AgentBase):
+    """PPO for Box or Discrete action spaces.
+
+    Args:
+        name, session, observation_space, action_space: see :class:`~digideep.agents.base.AgentBase`.
+        lr: Adam learning rate (3e-4 in SB3 and CleanRL).
+        n_epochs: passes over each chunk (10).
+        batch_size: transitions per minibatch (64); recurrent policies round it to whole sequences.
+        gamma: discount (0.99).
+        gae_lambda: GAE lambda (0.95).
+        clip_range: surrogate clip (0.2).
+        clip_value_loss: clip the value loss with ``clip_range`` (CleanRL: True; SB3: no clipping).
+        ent_coef: entropy bonus coefficient (0.0).
+        vf_coef: value loss coefficient on ``0.5 mean((V - R)^2)`` (CleanRL 0.5; SB3's ``vf_coef`` 0.5 on
+            ``mean((V - R)^2)`` equals 1.0 here).
+        max_grad_norm: global gradient-norm clip (0.5).
+        normalize_advantage: normalize advantages per minibatch.
+        target_kl: stop the epochs early once the approximate KL exceeds it (None: never).
+        anneal_lr: decay the learning rate linearly to 0 over ``total_iterations`` updates.
+        anneal_clip: decay the clip range likewise (SB3 zoo ``clip_range: lin_0.2``).
+        total_iterations: ``update()`` calls in the whole run, for annealing.
+        hidden_sizes: widths of actor and critic (64, 64).
+        activation: hidden activation (tanh).
+        log_std_init: initial Gaussian log-std.
+        ortho_init: orthogonal initialization.
+        recurrent: use a GRU policy.
+        recurrent_size: GRU state size.
+        adam_eps: Adam epsilon (1e-5 in SB3 and CleanRL).
+        data_parallel: wrap the heads in ``torch.nn.DataParallel`` when several GPUs are visible.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        session: Any,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        lr: float = 3e-4,
+        n_epochs: int = 10,
+        batch_size: int = 64,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float = 0.2,
+        clip_value_loss: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float | None = 0.5,
+        normalize_advantage: bool = True,
+        target_kl: float | None = None,
+        anneal_lr: bool = False,
+        anneal_clip: bool = False,
+        total_iterations: int | None = None,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        ortho_init: bool = True,
+        recurrent: bool = False,
+        recurrent_size: int = 64,
+        adam_eps: float = 1e-5,
+        data_parallel: bool = False,
+    ) -> None:
+        super().__init__(name, session, observation_space, action_space)
+        if n_epochs < 1 or batch_size < 1:
+            raise ValueError(f"n_epochs and batch_size must be >= 1, got {n_epochs} and {batch_size}")
+        if (anneal_lr or anneal_clip) and not total_iterations:
+            raise ValueError("anneal_lr / anneal_clip need total_iterations (the number of update() calls)")
+        self.lr, self.n_epochs, self.batch_size = float(lr), int(n_epochs), int(batch_size)
+        self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
+        self.clip_range, self.clip_value_loss = float(clip_range), bool(clip_value_loss)
+        self.ent_coef, self.vf_coef = float(ent_coef), float(vf_coef)
+        self.max_grad_norm = max_grad_norm
+        self.normalize_advantage = bool(normalize_advantage)
+        self.target_kl = target_kl
+        self.anneal_lr, self.anneal_clip = bool(anneal_lr), bool(anneal_clip)
+        self.total_iterations = int(total_iterations or 0)
+        self.policy = ActorCriticPolicy(
+            self.obs.dim,
+            action_space,
+            hidden_sizes,
+            activation,
+            log_std_init,
+            ortho_init,
+            recurrent,
+            recurrent_size,
+        ).to(self.device)
+        if data_parallel and not recurrent:
+            self.policy.parallelize(["heads"])
+        self.hidden_size = self.policy.recurrent_size
+        self.optimizer = make_adam(self.policy.parameters(), self.lr, self.device, eps=adam_eps)
+        self._params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.sampler = Sampler([get_last_chunk])
+
+    # -- keys ------------------------------------------------------------------------------------
+    def _key(self, leaf: str) -> str:
+        return f"/agents/{self.name}/{leaf}"
+
+    def batch_keys(self) -> list[str]:
+        """Trajectory keys the update reads from a chunk."""
+        return [
+            *self.obs.keys("/observations"),
+            *self.obs.keys("/next_observations"),
+            "/masks",
+            "/rewards",
+            "/terminals",
+            "/truncations",
+            self._key("actions"),
+            self._key("hidden_state"),
+            self._key("artifacts/values"),
+            self._key("artifacts/action_log_probs"),
+        ]
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
+    ) -> dict[str, Any]:
+        return self.policy.generate_actions(obs, hidden, masks, deterministic)
+
+    def _random_artifacts(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor
+    ) -> dict[str, Any]:
+        features, next_hidden = self.policy.features(obs, hidden, masks)
+        dist, values = self.policy.heads_forward(features)
+        log_prob, _ = self.policy.log_prob_entropy(dist, actions)
+        artifacts = {"values": values.unsqueeze(-1), "action_log_probs": log_prob.unsqueeze(-1)}
+        return {"actions": actions, "hidden_state": next_hidden, "artifacts": artifacts}
+
+    # -- learning --------------------------------------------------------------------------------
+    def sample(self, memory: Any) -> dict[str, np.ndarray]:
+        """The latest chunk of a :class:`~digideep.memory.RolloutMemory`: ``{key: (W, T + 1, ...)}``."""
+        return self.sampler(memory)
+
+    def update(self, batches: Mapping[str, np.ndarray] | None) -> dict[str, float]:
+        """GAE on the chunk ``{key: (W, T + 1, ...)}``, then epochs of minibatch steps."""
+        if batches is None:
+            return {}
+        progress_left = 1.0
+        if self.total_iterations:
+            progress_left = max(0.0, 1.0 - self.iterations / self.total_iterations)
+        lr = self.lr * progress_left if self.anneal_lr else self.lr
+        clip = self.clip_range * progress_left if self.anneal_clip else self.clip_range
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        data = self._prepare(batches)
+        metrics = MetricAccumulator()
+        if self.policy.recurrent:
+            self._epochs_recurrent(data, clip, metrics)
+        else:
+            self._epochs_flat(data, clip, metrics)
+        returns, old_values = data["returns"], data["values"]
+        explained = 1.0 - (returns - old_values).var() / returns.var().clamp_min(1e-8)
+        metrics.add(
+            **{
+                "losses/explained_variance": explained,
+                "charts/learning_rate": torch.tensor(lr, device=self.device),
+            }
+        )
+        if not self.policy.discrete:
+            metrics.add(**{"charts/action_std": self.policy.log_std.detach().exp().mean()})
+        self.iterations += 1
+        return metrics.result()
+
+    def _prepare(self, batches: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Tensors of the chunk (rows ``:T``) with advantages and returns, all ``(W, T, ...)``."""
+        missing = [k for k in self.batch_keys() if k not in batches]
+        if missing:
+            raise ValueError(f"agent '{self.name}': the chunk lacks {missing}; sample it with agent.sample()")
+        t = to_torch({k: batches[k] for k in self.batch_keys()}, self.device)
+        obs = self.obs.from_batch(t, "/observations")
+        num_steps = obs.shape[1] - 1
+        if num_steps < 1:
+            raise ValueError("PPO needs a chunk of at least one step plus the final prestep")
+        masks = t["/masks"].float().reshape(*obs.shape[:2], 1)
+        hidden = t[self._key("hidden_state")].float()
+        values = t[self._key("artifacts/values")].float().reshape(obs.shape[:2])
+        flags = {
+            k: t[f"/{k}"][:, :num_steps].float().reshape(-1, num_steps)
+            for k in ("rewards", "terminals", "truncations")
+        }
+        with torch.no_grad():
+            if torch.isnan(values[:, -1]).any():  # no final action: evaluate the final prestep here
+                features, _ = self.policy.features(obs[:, -1], hidden[:, -1], masks[:, -1])
+                values = torch.cat([values[:, :-1], self.policy.values(features).unsqueeze(-1)], dim=1)
+            next_values = torch.zeros_like(flags["rewards"])
+            truncated = flags["truncations"] > 0
+            if truncated.any():
+                next_obs = self.obs.from_batch(t, "/next_observations")[:, :num_steps][truncated]
+                # the state after acting at row t is the one stored at row t + 1 (no reset: mask 1)
+                after = hidden[:, 1:][truncated]
+                features, _ = self.policy.features(next_obs, after, torch.ones_like(after[:, :1]))
+                next_values[truncated] = self.policy.values(features)
+            advantages, returns = losses.gae(
+                flags["rewards"],
+                values,
+                next_values,
+                flags["terminals"],
+                flags["truncations"],
+                masks[:, 1:, 0],
+                self.gamma,
+                self.gae_lambda,
+            )
+        actions = t[self._key("actions")][:, :num_steps]
+        return {
+            "observations": obs[:, :num_steps],
+            "masks": masks[:, :num_steps],
+            "hidden": hidden[:, 0],
+            "actions": actions if self.policy.discrete else actions.float(),
+            "log_probs": t[self._key("artifacts/action_log_probs")][:, :num_steps]
+            .float()
+            .reshape(-1, num_steps),
+            "values": values[:, :num_steps],
+            "advantages": advantages,
+            "returns": returns,
+        }
+
+    def _epochs_flat(self, data: dict[str, torch.Tensor], clip: float, metrics: MetricAccumulator) -> None:
+        keys = ("observations", "actions", "log_probs", "values", "advantages", "returns")
+        flat = [data[k].reshape(-1, *data[k].shape[2:]) for k in keys]
+        size = flat[0].shape[0]
+        for _ in range(self.n_epochs):
+            order = torch.randperm(size, device=self.device)
+            shuffled = [x[order] for x in flat]
+            for start in range(0, size, self.batch_size):
+                obs, actions, old_log_probs, old_values, advantages, returns = (
+                    x[start : start + self.batch_size] for x in shuffled
+                )
+                dist, values = self.policy.heads_forward(obs)
+                self._step(
+                    dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
+                )
+            if self._kl_exceeded(metrics):
+                break
+
+    def _epochs_recurrent(
+        self, data: dict[str, torch.Tensor], clip: float, metrics: MetricAccumulator
+    ) -> None:
+        num_workers, num_steps = data["masks"].shape[:2]
+        per_batch = min(num_workers, max(1, self.batch_size // num_steps))
+        for _ in range(self.n_epochs):
+            order = torch.randperm(num_workers, device=self.device)
+            for start in range(0, num_workers, per_batch):
+                rows = order[start : start + per_batch]
+                features = self.policy.sequence_features(
+                    data["observations"][rows], data["hidden"][rows], data["masks"][rows]
+                )
+                dist, values = self.policy.heads_forward(features.reshape(-1, features.shape[-1]))
+                picked = [
+                    data[k][rows].reshape(-1, *data[k].shape[2:])
+                    for k in ("actions", "log_probs", "values", "advantages", "returns")
+                ]
+                self._step(dist, values, *picked, clip, metrics)
+            if self._kl_exceeded(metrics):
+                break
+
+    def _step(
+        self,
+        dist: torch.Tensor,
+        values: torch.Tensor,
+        actions: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        old_values: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        clip: float,
+        metrics: MetricAccumulator,
+    ) -> None:
+        """One minibatch gradient step; all inputs ``(B, ...)``."""
+        log_probs, entropy = self.policy.log_prob_entropy(dist, actions)
+        if self.normalize_advantage and advantages.shape[0] > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        pg_loss, clip_fraction, approx_kl = losses.policy_loss(log_probs, old_log_probs, advantages, clip)
+        v_loss = losses.value_loss(values, old_values, returns, clip if self.clip_value_loss else None)
+        ent_loss = losses.entropy_loss(entropy)
+        loss = pg_loss + self.ent_coef * ent_loss + self.vf_coef * v_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.updates += 1
+        metrics.add(
+            **{
+                "losses/policy_loss": pg_loss.detach(),
+                "losses/value_loss": v_loss.detach(),
+                "losses/entropy": -ent_loss.detach(),
+                "losses/approx_kl": approx_kl,
+                "losses/clipfrac": clip_fraction,
+            }
+        )
+
+    def _kl_exceeded(self, metrics: MetricAccumulator) -> bool:
+        """Whether the last minibatch's approximate KL passed ``target_kl`` (one host read per epoch)."""
+        if self.target_kl is None:
+            return False
+        last = metrics.last("losses/approx_kl")
+        return last is not None and float(last) > self.target_kl
+
+    # -- state -----------------------------------------------------------------------------------
+    def _stateful(self) -> dict[str, Any]:
+        return {"policy": self.policy, "optimizer": self.optimizer}

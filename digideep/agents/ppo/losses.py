@@ -1,0 +1,107 @@
+"""PPO losses (Schulman et al. 2017) and generalized advantage estimation, pure functions.
+
+Follows CleanRL's ``ppo_continuous_action.py`` (clipped surrogate, optionally clipped value loss with
+the 0.5 factor, entropy bonus) and the "37 implementation details of PPO".
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["entropy_loss", "gae", "policy_loss", "value_loss"]
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminals: torch.Tensor,
+    truncations: torch.Tensor,
+    next_masks: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimates over a chunk, time along the last axis.
+
+    For row ``t`` the bootstrap value is ``values[t + 1]`` while the episode goes on
+    (``next_masks[t] == 1``), ``next_values[t]`` (the value of the true final observation) when the
+    episode was truncated there, and 0 when it terminated. The recursion stops at every episode end.
+
+    Args:
+        rewards: ``(W, T)``.
+        values: ``(W, T + 1)`` values of the rows' observations (row ``T``: the final prestep).
+        next_values: ``(W, T)`` values of ``/next_observations``; only read where truncated.
+        terminals: ``(W, T)`` 1.0 where the transition terminated.
+        truncations: ``(W, T)`` 1.0 where it was truncated.
+        next_masks: ``(W, T)`` the mask of row ``t + 1``: 0.0 where an episode ended at row ``t``.
+        gamma: discount.
+        lam: GAE lambda.
+
+    Returns:
+        ``(advantages (W, T), returns (W, T))`` with ``returns = advantages + values[:, :T]``.
+    """
+    num_steps = rewards.shape[-1]
+    zero = torch.zeros_like(rewards)
+    truncated_value = torch.where((truncations > 0) & (terminals <= 0), next_values, zero)
+    bootstrap = torch.where(next_masks > 0, values[..., 1:], truncated_value)  # where: NaN-safe
+    deltas = rewards + gamma * bootstrap - values[..., :-1]
+    decay = gamma * lam * next_masks
+    advantages = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[..., 0])
+    for t in range(num_steps - 1, -1, -1):
+        running = deltas[..., t] + decay[..., t] * running
+        advantages[..., t] = running
+    return advantages, advantages + values[..., :-1]
+
+
+def policy_loss(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clipped surrogate ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``, ``r = pi / pi_old``.
+
+    Args:
+        log_prob: ``(B,)`` under the current policy.
+        old_log_prob: ``(B,)`` when the actions were taken.
+        advantages: ``(B,)`` (normalized by the caller if wanted).
+        clip_range: ``eps``.
+
+    Returns:
+        ``(loss, clip_fraction, approx_kl)`` scalars; the last two carry no gradient. ``approx_kl`` is
+        the ``(r - 1) - log r`` estimator.
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range) * advantages
+    loss = -torch.minimum(unclipped, clipped).mean()
+    with torch.no_grad():
+        clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    return loss, clip_fraction, approx_kl
+
+
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_range: float | None
+) -> torch.Tensor:
+    """``0.5 mean((V - R)^2)``, or with ``clip_range`` the pessimistic clipped form
+    ``0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))``.
+
+    Args:
+        values: ``(B,)`` current values.
+        old_values: ``(B,)`` values when the data was collected.
+        returns: ``(B,)`` GAE returns.
+        clip_range: ``eps``, or None for no clipping.
+
+    Returns:
+        scalar.
+    """
+    squared = (values - returns).pow(2)
+    if clip_range is not None:
+        clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+        squared = torch.maximum(squared, (clipped - returns).pow(2))
+    return 0.5 * squared.mean()
+
+
+def entropy_loss(entropy: torch.Tensor) -> torch.Tensor:
+    """``-mean(entropy)``: minimizing it with a positive coefficient encourages exploration."""
+    return -entropy.mean()

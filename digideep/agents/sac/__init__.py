@@ -1,0 +1,5 @@
+"""Soft Actor-Critic."""
+
+from digideep.agents.sac.agent import SAC
+
+__all__ = ["SAC"]

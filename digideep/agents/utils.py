@@ -1,0 +1,164 @@
+"""Helpers the agents share: observation flattening, action scaling, metrics, tensors, optimizers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+__all__ = [
+    "BoxScaler",
+    "MetricAccumulator",
+    "ObservationAdapter",
+    "Observations",
+    "make_adam",
+    "polyak_update",
+    "to_torch",
+]
+
+Observations = np.ndarray | Mapping[str, np.ndarray]
+
+
+class ObservationAdapter:
+    """Turns observations (a Box, or a Dict of Boxes flattened to paths) into one float tensor.
+
+    Args:
+        observation_space: the single-environment observation space.
+        prefix: the trajectory key of observations (``/observations``).
+
+    Attributes:
+        paths: sub-paths of the observation leaves (``[""]`` for a Box, ``["/a", "/b/c"]`` for a Dict).
+        dim: features after flattening and concatenation.
+    """
+
+    def __init__(self, observation_space: gym.Space) -> None:
+        leaves = _box_leaves(observation_space, "")
+        self.paths = [path for path, _ in leaves]
+        self.shapes = [space.shape for _, space in leaves]
+        self.dim = int(sum(int(np.prod(shape)) for shape in self.shapes))
+
+    def keys(self, prefix: str = "/observations") -> list[str]:
+        """Trajectory keys of the observation leaves under ``prefix``."""
+        return [prefix + path for path in self.paths]
+
+    def from_explorer(self, observations: Observations, device: torch.device) -> torch.Tensor:
+        """``(W, *obs_shape)`` array, or a dict keyed by path, to ``(W, dim) float32`` on ``device``."""
+        if isinstance(observations, Mapping):
+            parts = [np.asarray(observations[_explorer_key(observations, p)]) for p in self.paths]
+        else:
+            parts = [np.asarray(observations)]
+        return self._concat([torch.as_tensor(p) for p in parts], leading=1).to(device, torch.float32)
+
+    def from_batch(
+        self, batch: Mapping[str, torch.Tensor], prefix: str = "/observations", leading: int = 2
+    ) -> torch.Tensor:
+        """Concatenate the leaves of ``prefix`` from a batch of tensors ``(*lead, *shape)``."""
+        return self._concat([batch[key] for key in self.keys(prefix)], leading=leading).float()
+
+    def _concat(self, parts: list[torch.Tensor], leading: int) -> torch.Tensor:
+        flat = [p.reshape(*p.shape[:leading], -1) for p in parts]
+        return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
+
+
+def _explorer_key(observations: Mapping[str, np.ndarray], path: str) -> str:
+    for key in (path, "/observations" + path, path.lstrip("/")):
+        if key in observations:
+            return key
+    raise KeyError(f"observation '{path}' not among the keys {sorted(observations)}")
+
+
+def _box_leaves(space: gym.Space, path: str) -> list[tuple[str, gym.spaces.Box]]:
+    if isinstance(space, gym.spaces.Box):
+        return [(path, space)]
+    if isinstance(space, gym.spaces.Dict):
+        leaves: list[tuple[str, gym.spaces.Box]] = []
+        for key, sub in space.spaces.items():
+            leaves += _box_leaves(sub, f"{path}/{key}")
+        return leaves
+    raise TypeError(
+        f"observation space {space} is not supported; agents take Box observations or Dicts of Boxes "
+        "(wrap Discrete or Tuple spaces, e.g. with gymnasium.wrappers.FlattenObservation)"
+    )
+
+
+class BoxScaler:
+    """Maps between a bounded Box's action units and the policy's normalized ``[-1, 1]`` units.
+
+    Args:
+        action_space: a Box with finite bounds.
+        device: where the bounds live.
+    """
+
+    def __init__(self, action_space: gym.Space, device: torch.device) -> None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise TypeError(f"this agent needs a Box action space, got {action_space}")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ValueError(
+                f"action space {action_space} has infinite bounds; this agent needs finite bounds "
+                "(wrap the env with gymnasium.wrappers.RescaleAction)"
+            )
+        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32, device=device)
+        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32, device=device)
+        self.shape = action_space.shape
+        self.dim = int(np.prod(action_space.shape))
+        self.center = (high + low) / 2
+        self.half = (high - low) / 2
+
+    def to_env(self, normalized: torch.Tensor) -> torch.Tensor:
+        """``(..., dim)`` in ``[-1, 1]`` to the env's units."""
+        return normalized * self.half + self.center
+
+    def to_normalized(self, actions: torch.Tensor) -> torch.Tensor:
+        """``(..., dim)`` in env units to ``[-1, 1]``."""
+        return (actions - self.center) / self.half
+
+
+class MetricAccumulator:
+    """Collects scalar metric tensors during a gradient loop; one host transfer at the end."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, list[torch.Tensor]] = {}
+
+    def add(self, **metrics: torch.Tensor) -> None:
+        """Record detached scalar tensors, e.g. ``add(**{"losses/qf_loss": loss.detach()})``."""
+        for name, value in metrics.items():
+            self._values.setdefault(name, []).append(value)
+
+    def last(self, name: str) -> torch.Tensor | None:
+        """The latest value recorded under ``name`` (a tensor; None if none)."""
+        values = self._values.get(name)
+        return values[-1] if values else None
+
+    def result(self) -> dict[str, float]:
+        """The mean of every metric over the recorded steps, as Python floats."""
+        if not self._values:
+            return {}
+        names = list(self._values)
+        device = self._values[names[0]][0].device
+        means = torch.stack([torch.stack(self._values[n]).float().mean().to(device) for n in names])
+        return dict(zip(names, means.tolist(), strict=True))
+
+
+def to_torch(batch: Mapping[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """Numpy arrays to tensors on ``device`` (pinned, non-blocking copies for CUDA)."""
+    out = {}
+    for key, value in batch.items():
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if device.type == "cuda":
+            tensor = tensor.pin_memory().to(device, non_blocking=True)
+        out[key] = tensor
+    return out
+
+
+def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor], tau: float) -> None:
+    """``target <- (1 - tau) target + tau online``, in one fused call."""
+    with torch.no_grad():
+        torch._foreach_lerp_(list(target), list(online), tau)
+
+
+def make_adam(params: Iterable[Any], lr: float, device: torch.device, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused implementation (one kernel over all parameters) on CPU and CUDA."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=device.type in ("cpu", "cuda"))

@@ -1,0 +1,104 @@
+"""PPO on CartPole-v1.
+
+Hyperparameters: RL Baselines3 Zoo ``hyperparams/ppo.yml`` (CartPole-v1: 8 envs, ``n_steps`` 32,
+``batch_size`` 256, ``n_epochs`` 20, ``gae_lambda`` 0.8, ``gamma`` 0.98, ``learning_rate lin_1e-3``,
+``clip_range lin_0.2``, ``ent_coef`` 0, 100,000 frames; SB3 defaults otherwise). Expected: a mean
+deterministic return of 475 or better by 100,000 frames.
+"""
+
+cpanel = {
+    "model_name": "CartPole-v1",  # Gymnasium id
+    "seed": 0,  # seed of torch, numpy and the envs
+    "number_epochs": 39,  # 39 epochs x 10 iterations x 32 steps x 8 workers = 99,840 frames
+    "epoch_size": 10,  # iterations per epoch
+    "n_steps": 32,  # steps per worker per iteration (zoo)
+    "num_workers": 8,  # parallel environments (zoo n_envs)
+    "lr": 1e-3,  # Adam learning rate (zoo)
+    "anneal_lr": True,  # decay the learning rate linearly to 0 over the run (zoo)
+    "anneal_clip": True,  # decay the clip range likewise (zoo lin_0.2)
+    "n_epochs": 20,  # passes over each chunk (zoo)
+    "batch_size": 256,  # transitions per minibatch (zoo)
+    "gamma": 0.98,  # discount (zoo)
+    "gae_lambda": 0.8,  # GAE lambda (zoo)
+    "clip_range": 0.2,  # surrogate clip (zoo)
+    "clip_value_loss": False,  # clip the value loss too (SB3: no value clipping)
+    "ent_coef": 0.0,  # entropy bonus (zoo)
+    "vf_coef": 1.0,  # value loss weight on 0.5 * MSE (SB3's vf_coef 0.5 on the plain MSE)
+    "max_grad_norm": 0.5,  # global gradient-norm clip (zoo)
+    "hidden_sizes": [64, 64],  # actor and critic widths, tanh (SB3 and CleanRL default)
+    "recurrent": False,  # GRU policy (its state flows through the Explorer and the memory)
+    "vectorization": "sync",  # "sync" (one process) or "async" (one process per worker)
+    "save_interval": 13,  # epochs between checkpoints
+    "test_interval": 3,  # epochs between deterministic tests
+    "test_win_size": 10,  # test episodes averaged in the logged test return
+    "test_episodes": 5,  # episodes per test
+    "torch_threads": 1,  # torch.set_num_threads
+}
+
+
+def gen_params(cpanel: dict) -> dict:
+    """The params tree (``docs/architecture.md``); every value comes from the cpanel above."""
+    seed, num_workers, n_steps = cpanel["seed"], cpanel["num_workers"], cpanel["n_steps"]
+    env = {
+        "model_name": cpanel["model_name"],
+        "from_module": None,
+        "vectorization": cpanel["vectorization"],
+        "wrappers": [],
+        "vector_wrappers": [],
+        "max_episode_steps": None,
+    }
+    agent_args = {
+        "lr": cpanel["lr"],
+        "n_epochs": cpanel["n_epochs"],
+        "batch_size": cpanel["batch_size"],
+        "gamma": cpanel["gamma"],
+        "gae_lambda": cpanel["gae_lambda"],
+        "clip_range": cpanel["clip_range"],
+        "clip_value_loss": cpanel["clip_value_loss"],
+        "ent_coef": cpanel["ent_coef"],
+        "vf_coef": cpanel["vf_coef"],
+        "max_grad_norm": cpanel["max_grad_norm"],
+        "anneal_lr": cpanel["anneal_lr"],
+        "anneal_clip": cpanel["anneal_clip"],
+        "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
+        "hidden_sizes": list(cpanel["hidden_sizes"]),
+        "recurrent": cpanel["recurrent"],
+    }
+    return {
+        "session": {"torch_threads": cpanel["torch_threads"]},
+        "runner": {
+            "number_epochs": cpanel["number_epochs"],
+            "epoch_size": cpanel["epoch_size"],
+            "test_interval": cpanel["test_interval"],
+            "save_interval": cpanel["save_interval"],
+            "keep_checkpoints": 3,
+            "max_wall_time": None,
+            "max_iterations": None,
+            "seed": seed,
+        },
+        "env": env,
+        "explorer": {
+            "train": {"num_workers": num_workers, "n_steps": n_steps, "seed": seed},
+            "test": {
+                "num_workers": 1,
+                "n_steps": None,
+                "n_episodes": cpanel["test_episodes"],
+                "do_reset": True,
+                "deterministic": True,
+                "seed": seed + 10_000,
+                "win_size": cpanel["test_win_size"],
+            },
+            "eval": {
+                "num_workers": 1,
+                "n_steps": None,
+                "n_episodes": 1,
+                "do_reset": True,
+                "deterministic": True,
+                "render": True,
+                "seed": seed + 20_000,
+            },
+        },
+        # on-policy: the latest chunk only
+        "memory": {"train": {"type": "digideep.memory.RolloutMemory", "args": {"keep": 1}}},
+        "agents": {"agent": {"type": "digideep.agents.ppo.PPO", "memory": "train", "args": agent_args}},
+    }

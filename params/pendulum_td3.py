@@ -1,0 +1,112 @@
+"""TD3 on Pendulum-v1.
+
+Hyperparameters: RL Baselines3 Zoo ``hyperparams/td3.yml`` (Pendulum-v1: ``gamma 0.98``,
+``learning_rate 1e-3``, ``net_arch [400, 300]``, Gaussian action noise 0.1, ``buffer_size 200000``;
+the rest are SB3 defaults: batch 256, tau 0.005). TD3 additions are SB3's TD3 defaults: ``policy_delay`` 2, target smoothing 0.2 clipped at 0.5. The zoo waits 10,000 frames before
+learning; here ``learning_starts`` is 1000 so that the 20,000-frame budget is mostly learning.
+Expected: a mean deterministic return of -250 or better by 20,000 frames.
+"""
+
+cpanel = {
+    "model_name": "Pendulum-v1",  # Gymnasium id
+    "seed": 0,  # seed of torch, numpy, the envs and the sampler
+    "number_epochs": 20,  # 20 epochs x 10 iterations x 100 steps x 1 worker = 20,000 frames
+    "epoch_size": 10,  # iterations per epoch
+    "n_steps": 100,  # steps per worker per iteration (one chunk)
+    "num_workers": 1,  # parallel environments
+    "lr": 1e-3,  # Adam learning rate of actor and critic (zoo)
+    "batch_size": 256,  # transitions per gradient step (SB3 default)
+    "gamma": 0.98,  # discount (zoo)
+    "tau": 0.005,  # Polyak coefficient of the targets (SB3 default)
+    "learning_starts": 1000,  # random-action frames before learning starts (zoo: 10000)
+    "updates_per_step": 1.0,  # gradient steps per collected frame (zoo: train_freq 1, gradient_steps 1)
+    "buffer_size": 200_000,  # replay capacity in frames (zoo)
+    "hidden_sizes": [400, 300],  # actor and critic widths (zoo)
+    "noise_type": "normal",  # exploration noise: "normal", "ou" or "none" (zoo: normal)
+    "noise_std": 0.1,  # exploration noise std in normalized action units (zoo)
+    "policy_frequency": 2,  # gradient steps per actor step (SB3 policy_delay 2)
+    "target_policy_noise": 0.2,  # target smoothing std (SB3 default, TD3 paper)
+    "target_noise_clip": 0.5,  # target smoothing clip (SB3 default, TD3 paper)
+    "save_interval": 5,  # epochs between checkpoints
+    "test_interval": 1,  # epochs between deterministic tests
+    "test_win_size": 10,  # test episodes averaged in the logged test return
+    "test_episodes": 5,  # episodes per test
+    "torch_threads": 1,  # torch.set_num_threads
+}
+
+
+def gen_params(cpanel: dict) -> dict:
+    """The params tree (``docs/architecture.md``); every value comes from the cpanel above."""
+    seed, num_workers, n_steps = cpanel["seed"], cpanel["num_workers"], cpanel["n_steps"]
+    env = {
+        "model_name": cpanel["model_name"],
+        "from_module": None,
+        "vectorization": "sync",
+        "wrappers": [],
+        "vector_wrappers": [],
+        "max_episode_steps": None,
+    }
+    agent_args = {
+        "lr": cpanel["lr"],
+        "gamma": cpanel["gamma"],
+        "tau": cpanel["tau"],
+        "batch_size": cpanel["batch_size"],
+        # gradient steps per iteration: updates_per_step per collected frame
+        "updates_per_iteration": max(1, round(cpanel["updates_per_step"] * n_steps * num_workers)),
+        "learning_starts": cpanel["learning_starts"],
+        "hidden_sizes": list(cpanel["hidden_sizes"]),
+        "seed": seed,
+        "noise_type": cpanel["noise_type"],
+        "noise_std": cpanel["noise_std"],
+        "policy_frequency": cpanel["policy_frequency"],
+        "target_policy_noise": cpanel["target_policy_noise"],
+        "target_noise_clip": cpanel["target_noise_clip"],
+    }
+    return {
+        "session": {"torch_threads": cpanel["torch_threads"]},
+        "runner": {
+            "number_epochs": cpanel["number_epochs"],
+            "epoch_size": cpanel["epoch_size"],
+            "test_interval": cpanel["test_interval"],
+            "save_interval": cpanel["save_interval"],
+            "keep_checkpoints": 3,
+            "max_wall_time": None,
+            "max_iterations": None,
+            "seed": seed,
+        },
+        "env": env,
+        "explorer": {
+            # random actions until the memory holds learning_starts frames (SB3's learning_starts)
+            "train": {
+                "num_workers": num_workers,
+                "n_steps": n_steps,
+                "warm_start": -(-cpanel["learning_starts"] // num_workers),
+                "seed": seed,
+            },
+            "test": {
+                "num_workers": 1,
+                "n_steps": None,
+                "n_episodes": cpanel["test_episodes"],
+                "do_reset": True,
+                "deterministic": True,
+                "seed": seed + 10_000,
+                "win_size": cpanel["test_win_size"],
+            },
+            "eval": {
+                "num_workers": 1,
+                "n_steps": None,
+                "n_episodes": 1,
+                "do_reset": True,
+                "deterministic": True,
+                "render": True,
+                "seed": seed + 20_000,
+            },
+        },
+        "memory": {
+            "train": {
+                "type": "digideep.memory.Memory",
+                "args": {"capacity": cpanel["buffer_size"] // num_workers + 1},  # rows per worker
+            }
+        },
+        "agents": {"agent": {"type": "digideep.agents.td3.TD3", "memory": "train", "args": agent_args}},
+    }

@@ -1,0 +1,150 @@
+"""Every agent end to end on a real env: a few updates with the Explorer and a memory, finite losses,
+parameters that moved, and a state dict that reloads (``weights_only=True``) to the same agent."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from digideep.agents.ddpg import DDPG
+from digideep.agents.ppo import PPO
+from digideep.agents.sac import SAC
+from digideep.agents.td3 import TD3
+from tests.agents.loop import build, train
+
+SMALL_OFF_POLICY = {
+    "batch_size": 32,
+    "updates_per_iteration": 8,
+    "learning_starts": 32,
+    "hidden_sizes": [32, 32],
+}
+CASES = {
+    "sac": (SAC, SMALL_OFF_POLICY, "Pendulum-v1", 1000),
+    "td3": (TD3, SMALL_OFF_POLICY, "Pendulum-v1", 1000),
+    "ddpg-ou": (DDPG, {**SMALL_OFF_POLICY, "noise_type": "ou", "noise_std": 0.3}, "Pendulum-v1", 1000),
+    "ppo-box": (PPO, {"batch_size": 16, "n_epochs": 2, "hidden_sizes": [16]}, "Pendulum-v1", None),
+    "ppo-discrete": (PPO, {"batch_size": 16, "n_epochs": 2, "hidden_sizes": [16]}, "CartPole-v1", None),
+    "ppo-gru": (
+        PPO,
+        {"batch_size": 32, "n_epochs": 2, "recurrent": True, "recurrent_size": 8},
+        "CartPole-v1",
+        None,
+    ),
+}
+
+
+def snapshot(agent: Any) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in agent.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_agent_learns_a_little_and_round_trips(tmp_path: Path, case: str) -> None:
+    cls, args, model_name, capacity = CASES[case]
+    torch.manual_seed(0)
+    setup = build(
+        tmp_path,
+        cls,
+        args,
+        {"model_name": model_name},
+        num_workers=2,
+        n_steps=16,
+        warm_start=8,
+        capacity=capacity,
+        seed=0,
+    )
+    try:
+        before = snapshot(setup.agent)
+        metrics = train(setup, 3)
+        assert metrics[-1], "the last iteration made gradient steps"
+        assert all(math.isfinite(v) for m in metrics for v in m.values())
+        loss_names = (
+            {"losses/qf_loss", "losses/actor_loss"}
+            if capacity
+            else {"losses/policy_loss", "losses/value_loss"}
+        )
+        assert loss_names <= set(metrics[-1])
+        after = snapshot(setup.agent)
+        for name in ("actor", "critic", "heads"):
+            changed = [not torch.equal(before[k], after[k]) for k in before if k.startswith(name + ".")]
+            assert not changed or any(changed), f"{case}: no {name} parameter changed"
+        assert setup.agent.updates > 0
+
+        path = tmp_path / "agent.pt"
+        torch.save(setup.agent.state_dict(), path)
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        twin = cls("agent", setup.session, setup.agent.observation_space, setup.agent.action_space, **args)
+        twin.load_state_dict(state)
+        assert twin.updates == setup.agent.updates
+        for key, value in snapshot(setup.agent).items():
+            torch.testing.assert_close(twin.policy.state_dict()[key], value)
+        observations = np.stack([setup.agent.observation_space.sample() for _ in range(3)]).astype(np.float32)
+        hidden, masks = setup.agent.initial_hidden_state(3), np.ones((3, 1), np.float32)
+        mine = setup.agent.action_generator(observations, hidden, masks, deterministic=True)
+        theirs = twin.action_generator(observations, hidden, masks, deterministic=True)
+        np.testing.assert_allclose(mine["actions"], theirs["actions"], rtol=1e-6)
+        # one more update from the same batch moves both agents the same way (optimizer state restored)
+        if capacity:
+            batch = setup.agent.sample(setup.memory)
+            torch.manual_seed(1)
+            setup.agent.update(batch)
+            torch.manual_seed(1)
+            twin.update(batch)
+            for key, value in snapshot(setup.agent).items():
+                torch.testing.assert_close(twin.policy.state_dict()[key], value)
+    finally:
+        setup.close()
+
+
+def test_action_generator_contract(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    setup = build(
+        tmp_path, PPO, {"recurrent": True, "recurrent_size": 8}, {"model_name": "Pendulum-v1"}, 2, 4
+    )
+    try:
+        chunk = setup.explorer.update()
+        assert chunk["/agents/agent/hidden_state"].shape == (2, 5, 8)
+        assert np.abs(chunk["/agents/agent/hidden_state"][:, 1:]).sum() > 0, "the GRU state flows"
+        assert chunk["/agents/agent/artifacts/values"].shape == (2, 5, 1)
+        assert chunk["/agents/agent/artifacts/action_log_probs"].dtype == np.float32
+    finally:
+        setup.close()
+    agent = SAC("agent", setup.session, setup.agent.observation_space, setup.agent.action_space)
+    obs = np.zeros((4, 3), np.float32)
+    out = agent.action_generator(obs, agent.initial_hidden_state(4), np.ones((4, 1), np.float32), False)
+    assert out["actions"].shape == (4, 1) and out["actions"].dtype == np.float32
+    assert np.all(np.abs(out["actions"]) <= 2.0) and out["hidden_state"].shape == (4, 1)
+    assert out["artifacts"] == {}
+    random = agent.random_action_generator(obs, agent.initial_hidden_state(4), np.ones((4, 1), np.float32))
+    assert random["actions"].shape == (4, 1) and np.all(np.abs(random["actions"]) <= 2.0)
+
+
+def test_off_policy_waits_for_learning_starts(tmp_path: Path) -> None:
+    setup = build(
+        tmp_path,
+        SAC,
+        {**SMALL_OFF_POLICY, "learning_starts": 100},
+        {"model_name": "Pendulum-v1"},
+        2,
+        16,
+        capacity=1000,
+    )
+    try:
+        assert train(setup, 2) == [{}, {}]  # 2 x 16 x 2 = 64 < 100 transitions: nothing to learn yet
+        assert train(setup, 2)[-1] and setup.agent.updates == 8
+    finally:
+        setup.close()
+
+
+def test_unknown_parameters_are_refused(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    with pytest.raises(TypeError, match=r"unknown parameters \['learning_rate'\]"):
+        SAC("agent", None, space, space, learning_rate=1e-3)
+    with pytest.raises(TypeError, match="Box action space"):
+        TD3("agent", None, space, gym.spaces.Discrete(3))

@@ -1,0 +1,95 @@
+"""Shared agent pieces: observation flattening, action scaling, DataParallel-free state dicts, metrics."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from digideep.agents.sac import SAC
+from digideep.agents.sac.policy import SACPolicy
+from digideep.agents.utils import BoxScaler, MetricAccumulator, ObservationAdapter
+
+
+def test_dict_observations_flatten_in_a_fixed_order() -> None:
+    space = gym.spaces.Dict(
+        {"b": gym.spaces.Box(-1, 1, (2,)), "a": gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (1, 3))})}
+    )
+    adapter = ObservationAdapter(space)
+    assert adapter.dim == 5
+    assert adapter.keys() == ["/observations/a/x", "/observations/b"]  # the space's (sorted) order
+    explorer_obs = {"/b": np.ones((4, 2), np.float32), "/a/x": np.zeros((4, 1, 3), np.float32)}
+    flat = adapter.from_explorer(explorer_obs, torch.device("cpu"))
+    assert flat.shape == (4, 5) and flat[:, :3].eq(0).all() and flat[:, 3:].eq(1).all()
+    batch = {
+        "/observations/b": torch.ones(3, 4, 2),
+        "/observations/a/x": torch.zeros(3, 4, 1, 3),
+    }
+    assert adapter.from_batch(batch).shape == (3, 4, 5)
+    with pytest.raises(TypeError, match="FlattenObservation"):
+        ObservationAdapter(gym.spaces.Discrete(3))
+
+
+def test_box_scaler_maps_bounds_to_unit_interval() -> None:
+    scaler = BoxScaler(
+        gym.spaces.Box(np.array([-2.0, 0.0]), np.array([2.0, 10.0]), dtype=np.float64), torch.device("cpu")
+    )
+    actions = torch.tensor([[-2.0, 0.0], [2.0, 10.0], [0.0, 5.0]])
+    torch.testing.assert_close(
+        scaler.to_normalized(actions), torch.tensor([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    )
+    torch.testing.assert_close(scaler.to_env(scaler.to_normalized(actions)), actions)
+    with pytest.raises(ValueError, match="RescaleAction"):
+        BoxScaler(gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), torch.device("cpu"))
+
+
+def test_data_parallel_policy_saves_plain_names_and_loads_both_ways() -> None:
+    torch.manual_seed(0)
+    plain = SACPolicy(3, 2, [8])
+    wrapped = SACPolicy(3, 2, [8])
+    wrapped.parallelize(["actor", "critic", "critic_target"], force=True)
+    assert isinstance(wrapped.actor, torch.nn.DataParallel)
+    state = wrapped.state_dict()
+    assert set(state) == set(plain.state_dict()) and not any("module." in k for k in state)
+    plain.load_state_dict(state)
+    wrapped.load_state_dict(plain.state_dict())
+    obs = torch.randn(4, 3)
+    out_plain = plain.generate_actions(obs, torch.zeros(4, 1), torch.ones(4, 1), deterministic=True)
+    out_wrapped = wrapped.generate_actions(obs, torch.zeros(4, 1), torch.ones(4, 1), deterministic=True)
+    torch.testing.assert_close(out_plain["actions"], out_wrapped["actions"])
+    torch.testing.assert_close(
+        plain.q_values(obs, torch.zeros(4, 2)), wrapped.q_values(obs, torch.zeros(4, 2))
+    )
+
+
+def test_metric_accumulator_means_every_name_once() -> None:
+    metrics = MetricAccumulator()
+    metrics.add(a=torch.tensor(1.0), b=torch.tensor(4.0))
+    metrics.add(a=torch.tensor(3.0))
+    assert metrics.result() == {"a": 2.0, "b": 4.0}
+    assert MetricAccumulator().result() == {}
+
+
+def test_precision_is_checked() -> None:
+    space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    with pytest.raises(ValueError, match="precision must be 'float32' or 'bfloat16'"):
+        SAC("agent", None, space, space, precision="float16")
+
+
+def test_bfloat16_update_keeps_float32_weights_and_finite_losses() -> None:
+    torch.manual_seed(0)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    act_space = gym.spaces.Box(-2, 2, (1,), np.float32)
+    agent = SAC("agent", None, obs_space, act_space, precision="bfloat16", hidden_sizes=[16], batch_size=8)
+    rng = np.random.default_rng(0)
+    batch = {
+        "/observations": rng.standard_normal((4, 8, 3)).astype(np.float32),
+        "/next_observations": rng.standard_normal((4, 8, 3)).astype(np.float32),
+        "/agents/agent/actions": rng.uniform(-2, 2, (4, 8, 1)).astype(np.float32),
+        "/rewards": rng.standard_normal((4, 8, 1)).astype(np.float32),
+        "/terminals": np.zeros((4, 8, 1), np.float32),
+    }
+    metrics = agent.update(batch)
+    assert all(np.isfinite(v) for v in metrics.values()) and agent.updates == 4
+    assert all(p.dtype == torch.float32 for p in agent.policy.parameters())

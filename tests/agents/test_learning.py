@@ -1,0 +1,49 @@
+"""Learning runs of the shipped parameter files (``-m slow``): every seed must reach the target.
+
+Targets (mean return of 10 deterministic episodes at the end of the run): SAC on Pendulum-v1 >= -200
+after 10,000 frames; TD3 and DDPG on Pendulum-v1 >= -250 after 20,000; PPO on CartPole-v1 >= 475
+after 100,000. The quick tests at the bottom run a sliver of each to keep the files importable and
+their trees buildable in CI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.agents.loop import build_from_params, evaluate, train
+
+TARGETS = {"pendulum_sac": -200.0, "pendulum_td3": -250.0, "pendulum_ddpg": -250.0, "cartpole_ppo": 475.0}
+
+
+def params_of(name: str, **overrides: object) -> dict:
+    module = importlib.import_module(f"params.{name}")
+    return module.gen_params({**module.cpanel, **overrides})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_reaches_the_target_return(tmp_path: Path, name: str, seed: int) -> None:
+    setup, iterations = build_from_params(tmp_path, params_of(name, seed=seed))
+    try:
+        train(setup, iterations)
+        score = evaluate(setup, episodes=10, seed=10_000 + seed)
+    finally:
+        setup.close()
+    assert score >= TARGETS[name], f"{name} seed {seed}: mean return {score:.1f} < {TARGETS[name]}"
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_params_file_runs_a_few_iterations(tmp_path: Path, name: str) -> None:
+    overrides = {"learning_starts": 64, "batch_size": 32} if "ppo" not in name else {"n_epochs": 1}
+    params = params_of(name, n_steps=32, hidden_sizes=[16, 16], **overrides)
+    setup, _ = build_from_params(tmp_path, params)
+    try:
+        metrics = train(setup, 3)
+        assert metrics[-1] and all(math.isfinite(v) for v in metrics[-1].values())
+    finally:
+        setup.close()
