@@ -34,10 +34,16 @@ class LocalStack:
         home: ``PREFECT_HOME`` (database, logs); ``~/.prefect`` when None.
         project: the folder holding ``prefect.yaml``, ``flows/`` and ``params/``.
         log_folder: where the server's and worker's output go (``home`` when None).
+        extra_env: more environment variables for the server, the worker and its flow runs.
     """
 
     def __init__(
-        self, port: int = 4200, home: Path | None = None, project: Path = ROOT, log_folder: Path | None = None
+        self,
+        port: int = 4200,
+        home: Path | None = None,
+        project: Path = ROOT,
+        log_folder: Path | None = None,
+        extra_env: dict[str, str] | None = None,
     ):
         self.port = port
         self.project = project
@@ -50,6 +56,7 @@ class LocalStack:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_LOGGING_EXTRA_LOGGERS": "digideep",
             "PWD": str(project),
+            **(extra_env or {}),
         }
         if home is not None:
             self.env["PREFECT_HOME"] = str(home)

@@ -60,6 +60,7 @@ def sweep(
     deployment: str = "train/pendulum-sac",
     grid: dict[str, list[Any]] | None = None,
     seeds: list[int] | None = None,
+    base_cpanel: dict[str, Any] | None = None,
     session_path: str = "data/sessions",
     poll_seconds: float = 5.0,
 ) -> list[dict[str, Any]]:
@@ -69,13 +70,16 @@ def sweep(
         deployment: ``<flow name>/<deployment name>`` of a train deployment.
         grid: cpanel key -> values to try.
         seeds: seeds to run for every grid point.
-        session_path: where the train runs keep sessions (to read their results).
+        base_cpanel: cpanel overrides shared by every run (the grid's values win).
+        session_path: where the train runs keep their sessions (passed to them, and read back).
         poll_seconds: how often to poll the runs' states.
     """
     logger = get_run_logger()
     runs = []
-    for cpanel in combinations(grid or {}, seeds if seeds is not None else [0]):
-        flow_run = run_deployment(deployment, parameters={"cpanel": cpanel}, timeout=0, as_subflow=True)
+    for point in combinations(grid or {}, seeds if seeds is not None else [0]):
+        cpanel = {**(base_cpanel or {}), **point}
+        parameters = {"cpanel": cpanel, "session_path": session_path}
+        flow_run = run_deployment(deployment, parameters=parameters, timeout=0, as_subflow=True)
         runs.append((cpanel, flow_run.id))
         logger.info("launched %s with cpanel %s", flow_run.name, json.dumps(cpanel))
     states = _wait(runs, poll_seconds)

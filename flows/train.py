@@ -69,9 +69,10 @@ def train(
         resume: continue ``session_name`` from its newest checkpoint.
     """
     logger = get_run_logger()
-    logging.getLogger("prefect.task_runs").setLevel(
-        logging.WARNING
-    )  # one progress line per epoch, not per task
+    # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
+    # the session's log.txt and (through PREFECT_LOGGING_EXTRA_LOGGERS) the Prefect UI.
+    logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
+    logging.getLogger("digideep").setLevel(logging.INFO)
     run_id = flow_run_runtime.id
     name = session_name_for(run_id, flow_run_runtime.name, session_name)
     retried = (flow_run_runtime.run_count or 1) > 1

@@ -1,0 +1,134 @@
+"""The train flow under a real Prefect server and process worker, as a user runs it.
+
+A deployment run fails at an injected fault; it is retried the way the UI's Retry button does it
+(``prefect flow-run retry``); it must resume from the newest checkpoint and end with exactly the
+weights, memory and counters of a run that never failed. A sweep of two runs must complete.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from flows.local_stack import LocalStack
+from tests.pipeline.test_resume import assert_same_tensors, final_state, run, train_command
+
+TINY = {"number_epochs": 6, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
+        "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 3, "test_episodes": 1,
+        "buffer_size": 1000}  # fmt: skip
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, mlflow_uri):
+    home = tmp_path_factory.mktemp("prefect")
+    local = LocalStack(
+        port=free_port(),
+        home=home,
+        extra_env={
+            "MLFLOW_TRACKING_URI": mlflow_uri,
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PYTHONHASHSEED": "0",
+        },
+    )
+    try:
+        local.up()
+        with temporary_settings({PREFECT_API_URL: local.api_url}):
+            yield local
+    finally:
+        local.stop()
+
+
+def start(deployment: str, parameters: dict) -> str:
+    from prefect.deployments import run_deployment
+
+    return str(run_deployment(deployment, parameters=parameters, timeout=0).id)
+
+
+def wait(flow_run_id: str, stack: LocalStack, timeout: float = 300, states=TERMINAL) -> str:
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            state = client.read_flow_run(flow_run_id).state
+            if state is not None and state.type.value in states:
+                return state.type.value
+            time.sleep(0.5)
+    worker_log = (stack.log_folder / "worker.log").read_text()[-4000:]
+    raise AssertionError(
+        f"flow run {flow_run_id} did not reach {states} in {timeout} s; worker log:\n{worker_log}"
+    )
+
+
+def flow_run_name(flow_run_id: str) -> str:
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id).name
+
+
+def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(stack, tmp_path, run_env):
+    sessions = tmp_path / "sessions"
+    marker = tmp_path / "fault-fired"
+    cpanel = {**TINY, "fail_at_update": 4, "marker": str(marker)}
+    parameters = {"params": "tests.flows.faulty", "cpanel": cpanel, "session_path": str(sessions)}
+
+    flow_run_id = start("train/pendulum-sac", parameters)
+    assert wait(flow_run_id, stack) == "FAILED"
+    assert marker.exists(), "the injected fault should have fired"
+    session = sessions / f"{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
+    assert not (session / "done.json").exists()
+    assert max(int(p.name.split("-")[1]) for p in (session / "checkpoints").glob("checkpoint-*")) == 3
+
+    stack.run("flow-run", "retry", flow_run_id)  # what the UI's Retry button does
+    assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    assert "resuming session" in (session / "log.txt").read_text()
+
+    # the same training, never interrupted, outside Prefect
+    straight = {**cpanel, "marker": ""}
+    run(train_command(tmp_path, "straight", "tests.flows.faulty", straight), run_env)
+    resumed_states, resumed_memory = final_state(sessions, session.name)
+    straight_states, straight_memory = final_state(tmp_path, "straight")
+    assert resumed_memory["iteration"] == straight_memory["iteration"] == 6
+    assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
+    assert resumed_memory["pointers"] == straight_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, resumed_memory["contents"][key], err_msg=key)
+    assert resumed_states["counters"]["frames"] == straight_states["counters"]["frames"] == 6 * 20
+
+    # MLflow: the reopened run holds each metric step once and ends FINISHED
+    from mlflow import MlflowClient
+
+    info = json.loads((session / "session.json").read_text())
+    client = MlflowClient(run_env["MLFLOW_TRACKING_URI"])
+    steps = [m.step for m in client.get_metric_history(info["mlflow_run_id"], "charts/iteration")]
+    assert sorted(steps) == [20 * i for i in range(1, 7)]
+    assert client.get_run(info["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_a_sweep_of_two_runs_completes(stack, tmp_path):
+    sessions = tmp_path / "sessions"
+    parameters = {
+        "deployment": "train/pendulum-sac",
+        "grid": {},
+        "seeds": [0, 1],
+        "base_cpanel": {**TINY, "number_epochs": 2},
+        "session_path": str(sessions),
+        "poll_seconds": 1.0,
+    }
+    sweep_id = start("sweep/sweep", parameters)
+    assert wait(sweep_id, stack, timeout=400) == "COMPLETED"
+    finished = sorted(Path(p).parent.name for p in sessions.glob("*/done.json"))
+    assert len(finished) == 2
+    seeds = sorted(json.loads((sessions / name / "cpanel.json").read_text())["seed"] for name in finished)
+    assert seeds == [0, 1]
