@@ -1,0 +1,179 @@
+"""The guide's worked example (docs/examples/) in a real Runner: train, checkpoint, reload, resume exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from digideep.environment.make_environment import MakeEnvironment
+from digideep.memory import RolloutMemory, check_nan, drop_final_prestep, inspect_shapes
+from digideep.pipeline.checkpoint import find_checkpoints, load_checkpoint
+from digideep.pipeline.params import apply_cpanel
+from digideep.pipeline.runner import Runner
+from digideep.pipeline.session import Session
+from digideep.utility.monitoring import monitor
+from digideep.utility.profiling import profiler
+from docs.examples import cartpole_reinforce, inspect_chunk, samplers
+from docs.examples.reinforce import Reinforce, discounted_returns
+
+nan = np.nan
+
+
+# --8<-- [start:small_params]
+SMALL = {
+    "number_epochs": 4,
+    "epoch_size": 1,
+    "n_steps": 32,
+    "num_workers": 2,
+    "save_interval": 2,
+    "test_interval": 2,
+    "test_episodes": 1,
+    "tracking": False,
+}
+
+
+def small_params() -> dict:
+    """The example's params tree with a small cpanel (validated like ``--cpanel``), tracking off."""
+    params = cartpole_reinforce.gen_params(apply_cpanel(cartpole_reinforce.cpanel, SMALL))
+    assert params["tracking"] == {"enabled": False}
+    return params
+
+
+# --8<-- [end:small_params]
+
+
+@pytest.fixture(autouse=True)
+def fresh_debug_tools():
+    """The Monitor and Profiler are process-wide: start every test without other tests' values."""
+    monitor.load_state_dict({"windows": {}, "values": {}})
+    profiler.reset()
+
+
+def assert_same(a, b, where: str = "") -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, where
+
+
+# --8<-- [start:train_and_resume]
+def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
+    params = small_params()
+    session = Session(root=tmp_path, name="reinforce")
+    runner = Runner(session, params)
+    try:
+        assert isinstance(runner.agents["agent"], Reinforce)
+        assert runner.train() == "finished"
+    finally:
+        runner.close()
+        session.close()
+    assert runner.counters.iteration == 4 and runner.counters.frames == 4 * 32 * 2
+    checkpoints = find_checkpoints(session.checkpoints_path)
+    assert [c.iteration for c in checkpoints] == [2, 4]
+    _, middle = load_checkpoint(checkpoints[0].path)
+    _, straight = load_checkpoint(checkpoints[-1].path)  # states.pt loads with weights_only=True
+    written = checkpoints[-1].states_file.stat().st_mtime_ns
+    with pytest.raises(AssertionError):  # the last two iterations did learn something
+        assert_same(middle["agents"], straight["agents"])
+
+    # reload the middle checkpoint and train the last two iterations again: the same numbers
+    session = Session(root=tmp_path, name="reinforce", resume=True)
+    resumed = Runner.from_checkpoint(session, checkpoints[0].path)
+    try:
+        assert resumed.counters.iteration == 2
+        assert resumed.train() == "finished"
+    finally:
+        resumed.close()
+        session.close()
+    rewritten = find_checkpoints(session.checkpoints_path)[-1]
+    assert rewritten.iteration == 4 and rewritten.states_file.stat().st_mtime_ns != written
+    _, again = load_checkpoint(rewritten.path)
+    assert_same(straight["agents"], again["agents"], "agents")
+    for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
+        assert straight["counters"][counter] == again["counters"][counter], counter
+
+
+# --8<-- [end:train_and_resume]
+
+
+def test_discounted_returns_restart_at_episode_ends_and_stop_at_the_chunk_end():
+    nan = np.nan
+    chunk = {  # one worker, T = 4: the episode ends by termination at row 1
+        "/rewards": np.array([[1, 2, 3, 4, nan]], np.float32)[..., None],
+        "/terminals": np.array([[0, 1, 0, 0, nan]], np.float32)[..., None],
+        "/truncations": np.array([[0, 0, 0, 0, nan]], np.float32)[..., None],
+    }
+    returns = discounted_returns(chunk, {"gamma": 0.5})["/returns"][0, :, 0]
+    np.testing.assert_allclose(returns[:4], [1 + 0.5 * 2, 2, 3 + 0.5 * 4, 4])
+    assert np.isnan(returns[4])
+    assert set(chunk) == {"/rewards", "/terminals", "/truncations"}  # the input is not modified
+
+
+def test_debug_units_inject_into_the_example_sampler(tmp_path, caplog):
+    """What docs/samplers.md shows: inspect_shapes and check_nan inserted into an agent's sampler."""
+    env = small_params()["env"]
+    observation_space, action_space = MakeEnvironment(**env).spaces()
+    with Session(root=tmp_path, name="units") as session:
+        agent = Reinforce("agent", session, observation_space, action_space["agent"])
+    sampler = agent.sampler
+    sampler.insert(sampler.units.index(drop_final_prestep) + 1, check_nan)  # after the NaN row is gone
+    sampler.insert(len(sampler.units), inspect_shapes)
+    memory = RolloutMemory(num_workers=1)
+    T = 3
+    memory.store(
+        {
+            "/observations": np.zeros((1, T + 1, 4), np.float32),
+            "/masks": np.ones((1, T + 1, 1), np.float32),
+            "/rewards": np.array([[[1], [1], [1], [nan]]], np.float32),
+            "/terminals": np.array([[[0], [0], [1], [nan]]], np.float32),
+            "/truncations": np.array([[[0], [0], [0], [nan]]], np.float32),
+            "/agents/agent/actions": np.zeros((1, T + 1), np.int64),
+            "/agents/agent/hidden_state": np.zeros((1, T + 1, 1), np.float32),
+        }
+    )
+    caplog.set_level("INFO", logger="digideep.memory.debug")
+    batch = agent.sample(memory)
+    assert batch["/returns"].shape == (T, 1) and batch["/observations"].shape == (T, 4)
+    assert "/returns: (3, 1) float32" in caplog.text
+    metrics = agent.update(batch)
+    assert set(metrics) == {"losses/policy_loss", "charts/entropy", "charts/mean_return"}
+
+    memory.store({**memory.last_chunk(), "/rewards": np.full((1, T + 1, 1), nan, np.float32)})
+    with pytest.raises(ValueError, match="check_nan: key '/rewards'"):
+        agent.sample(memory)
+
+
+def test_sampler_examples_run(tmp_path, capsys):
+    """docs/examples/samplers.py, shown in docs/samplers.md."""
+    samplers.main(tmp_path)
+    out = capsys.readouterr().out
+    assert "'/observations': (4, 64, 4)" in out and "'/indices': (4, 64, 2)" in out
+    assert out.splitlines()[-1].startswith("8 {'/observations': (25, 4)")
+
+
+def test_inspect_chunk_example_shapes():
+    """docs/examples/inspect_chunk.py, shown in docs/trajectories.md."""
+    chunk = inspect_chunk.explore_one_chunk()
+    assert {key: (value.shape, str(value.dtype)) for key, value in chunk.items()} == {
+        "/observations": ((2, 21, 4), "float32"),
+        "/next_observations": ((2, 21, 4), "float32"),
+        "/masks": ((2, 21, 1), "float32"),
+        "/rewards": ((2, 21, 1), "float32"),
+        "/terminals": ((2, 21, 1), "float32"),
+        "/truncations": ((2, 21, 1), "float32"),
+        "/agents/agent/actions": ((2, 21), "int64"),
+        "/agents/agent/hidden_state": ((2, 21, 1), "float32"),
+    }
+    ended = chunk["/terminals"][:, :-1, 0] + chunk["/truncations"][:, :-1, 0]
+    np.testing.assert_array_equal(chunk["/masks"][:, 1:, 0], 1.0 - ended)  # masks mark episode starts
