@@ -10,8 +10,9 @@ PYTEST_ARGS ?=
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install train test test-slow lint format docs prefect-up clean-data
+.PHONY: install train test test-slow lint format docs prefect-up mlflow-ui clean-data
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,9 @@ docs: install ## build the developer guide and API reference into site/ (warning
 
 prefect-up: install ## start a Prefect server (127.0.0.1:4200) and a worker, deploy prefect.yaml; Ctrl-C stops
 	$(BIN)/python -m flows.local_stack up --port $(or $(PREFECT_PORT),4200)
+
+mlflow-ui: install ## start the MLflow UI on 127.0.0.1:5000 over data/mlflow.db
+	$(BIN)/digideep runs ui --port $(or $(MLFLOW_PORT),5000)
 
 clean-data: ## delete every session, the MLflow store and artifacts under data/
 	find data -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

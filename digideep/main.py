@@ -104,7 +104,7 @@ def command_train(args: argparse.Namespace) -> int:
 def command_resume(args: argparse.Namespace) -> int:
     """Continue a session from its newest complete checkpoint."""
     root, name = _split_session(args.session, args.session_path)
-    return _train(None, None, name, root, resume=True, no_prefect=getattr(args, "no_prefect", True))
+    return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect)
 
 
 def _split_session(session: str, session_path: str) -> tuple[str, str]:
@@ -161,11 +161,11 @@ def command_play(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
-    def command(args: argparse.Namespace) -> int:
-        raise UsageError(f"'{name}' is not available yet in this version of digideep")
+def command_runs(args: argparse.Namespace) -> int:
+    """List, compare or browse the runs tracked in MLflow."""
+    from digideep.tracking.runs import main_runs
 
-    return command
+    return main_runs(args.rest)
 
 
 # -- parsers ------------------------------------------------------------------------------------
@@ -197,9 +197,18 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     _add_common_options(play)
     play.set_defaults(func=command_play)
 
-    runs = sub.add_parser("runs", help="list and compare runs tracked in MLflow")
-    runs.add_argument("rest", nargs=argparse.REMAINDER, help="[compare RUN ...] and options")
-    runs.set_defaults(func=_not_yet("runs"))
+    runs = sub.add_parser(
+        "runs",
+        help="list runs tracked in MLflow; 'runs compare RUN...' plots their curves; 'runs ui' starts the MLflow UI",
+        add_help=False,
+    )
+    runs.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        help="[compare RUN ... | ui] and options (see 'digideep runs --help')",
+    )
+    runs.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    runs.set_defaults(func=command_runs)
     return parser
 
 
@@ -220,6 +229,8 @@ def _build_main_parser() -> argparse.ArgumentParser:
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     _setup_logging(args.log_level)
+    if str(Path.cwd()) not in sys.path:  # as `python -m` does: params, flows and agents of the project import
+        sys.path.insert(0, str(Path.cwd()))
     try:
         return func(args)
     except UsageError as error:
@@ -232,6 +243,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``digideep`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["runs"]:  # 'runs' has its own parser: hand it everything after the word
+        return _run(command_runs, argparse.Namespace(rest=argv[1:], log_level="WARNING"))
     args = _build_cli_parser().parse_args(argv)
     return _run(args.func, args)
 

@@ -39,7 +39,6 @@ from digideep.environment.explorer_state import ExplorerStateMixin
 from digideep.environment.make_environment import MODES, MakeEnvironment
 from digideep.environment.spaces import buffer_dtype, flat_leaves
 from digideep.utility.monitoring import monitor
-from digideep.utility.profiling import KeepTime
 
 __all__ = ["Explorer"]
 
@@ -158,26 +157,25 @@ class Explorer(ExplorerStateMixin):
         """Explore one chunk; returns ``{key: (W, T + 1, ...)}`` (module doc)."""
         if self.do_reset and not self.was_reset:
             self.reset()
-        with KeepTime("explore"):
-            if self.n_episodes is None:
-                chunk = self._new_chunk(self.n_steps + 1)
-                t, _ = self._collect(chunk, 0, self.n_steps, None)
+        if self.n_episodes is None:
+            chunk = self._new_chunk(self.n_steps + 1)
+            t, _ = self._collect(chunk, 0, self.n_steps, None)
+        else:
+            if self.n_steps is not None:
+                rows = self.n_steps + 1
             else:
-                if self.n_steps is not None:
-                    rows = self.n_steps + 1
-                else:
-                    rows = (self._max_episode_steps or 1000) * -(-self.n_episodes // self.num_workers) + 1
-                chunk = self._new_chunk(min(rows, 1 << 16))
-                t, left = 0, self.n_episodes
-                while True:
-                    end = chunk.capacity - 1 if self.n_steps is None else self.n_steps
-                    t, left = self._collect(chunk, t, end, left)
-                    if left <= 0 or t == self.n_steps:
-                        break
-                    chunk.grow(2 * chunk.capacity)
-            self._final_prestep(chunk, t)
-            self.was_reset = False
-            return chunk.finish(t)
+                rows = (self._max_episode_steps or 1000) * -(-self.n_episodes // self.num_workers) + 1
+            chunk = self._new_chunk(min(rows, 1 << 16))
+            t, left = 0, self.n_episodes
+            while True:
+                end = chunk.capacity - 1 if self.n_steps is None else self.n_steps
+                t, left = self._collect(chunk, t, end, left)
+                if left <= 0 or t == self.n_steps:
+                    break
+                chunk.grow(2 * chunk.capacity)
+        self._final_prestep(chunk, t)
+        self.was_reset = False
+        return chunk.finish(t)
 
     def close(self) -> None:
         """Close every environment (unfinished episode videos are discarded)."""

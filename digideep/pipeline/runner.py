@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from digideep.pipeline.session import Session
 from digideep.tracking.naming import metrics_from_summary
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import KeepTime, profiler
+from digideep.utility.stats import StatsSampler
 
 __all__ = ["ITERATION_STAGES", "Counters", "Runner", "StageCall"]
 
@@ -104,6 +106,9 @@ class Runner:
         self.max_wall_time: float | None = settings.get("max_wall_time")
         self.max_iterations: int | None = settings.get("max_iterations")
         self.seed: int = settings.get("seed", 0)
+        self.stats_interval: float = settings.get(
+            "stats_interval", 5.0
+        )  # seconds between CPU/GPU samples; 0: off
         seed_everything(self.seed)
 
         self.counters = Counters()
@@ -270,7 +275,10 @@ class Runner:
         interrupts at once.
         """
         self._wall_start = time.perf_counter()
-        with _StopOnSignals(self):
+        with (
+            _StopOnSignals(self),
+            StatsSampler(self.stats_interval) if self.stats_interval else nullcontext(),
+        ):
             for stage, function in self.schedule():
                 call(stage, function)
         reason = self.stop_reason() or "finished"
