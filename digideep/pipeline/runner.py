@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import signal
 import threading
@@ -104,7 +105,7 @@ class Runner:
         self.save_interval: int = settings.get("save_interval", 1)
         self.keep_checkpoints: int = settings.get("keep_checkpoints", 3)
         self.max_wall_time: float | None = settings.get("max_wall_time")
-        self.max_iterations: int | None = settings.get("max_iterations")
+        self.max_iterations: int | None = _iteration_cap(settings.get("max_iterations"))
         self.seed: int = settings.get("seed", 0)
         self.stats_interval: float = settings.get(
             "stats_interval", 5.0
@@ -265,6 +266,9 @@ class Runner:
                 yield "log", self.log
                 if self.save_due():
                     yield "checkpoint", self.checkpoint
+        # stopped mid-epoch (a limit or a signal): log the partial epoch, then save it
+        if self.counters.frames != self.counters.last_log_frames:
+            yield "log", self.log
         if self.counters.last_checkpoint != self.counters.iteration:
             yield "checkpoint", self.checkpoint
 
@@ -431,6 +435,20 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _iteration_cap(max_iterations: int | None) -> int | None:
+    """``max_iterations`` from params, lowered by ``$DIGIDEEP_MAX_ITERATIONS`` when that is set.
+
+    The variable smoke-tests a parameter file (``DIGIDEEP_MAX_ITERATIONS=1 digideep train ...``):
+    the run stops after that many iterations with a checkpoint, as at any limit.
+    """
+    cap = os.environ.get("DIGIDEEP_MAX_ITERATIONS")
+    if not cap:
+        return max_iterations
+    if not cap.isdigit() or int(cap) < 1:
+        raise UsageError(f"DIGIDEEP_MAX_ITERATIONS must be a positive integer, got '{cap}'")
+    return int(cap) if max_iterations is None else min(int(cap), max_iterations)
 
 
 # -- randomness ---------------------------------------------------------------------------------
