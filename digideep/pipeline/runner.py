@@ -301,6 +301,18 @@ class Runner:
         )
         return reason
 
+    def status_line(self) -> str:
+        """The progress line between logs: returns so far this interval, speed since the last log."""
+        summary = monitor.summary()
+        metrics = {
+            f"explore/{mode}/episode_return": summary[name]["mean"]
+            for mode in ("train", "test")
+            if (name := f"/explore/{mode}/episode_return") in summary
+        }
+        elapsed = max(time.perf_counter() - self._log_start, 1e-9)
+        metrics["charts/frames_per_second"] = (self.counters.frames - self.counters.last_log_frames) / elapsed
+        return progress_line(self, metrics)
+
     def stage_label(self, stage: str) -> str:
         """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
         return f"{stage}[epoch {self.epoch}, iteration {self.counters.iteration}]"
@@ -415,18 +427,26 @@ def metrics_from_summaries(
 
 
 def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
-    """One readable line per epoch: epoch, frames, returns, speed and time left."""
-    epoch, total = runner.epoch, runner.number_epochs
-    fps = metrics.get("charts/frames_per_second", 0.0)
-    parts = [f"epoch {epoch}/{total}", f"frames {runner.counters.frames:,}"]
+    """One readable line: epoch, frames, episodic returns, speed and time left.
+
+    Args:
+        runner: the run.
+        metrics: what :meth:`Runner.log` computed (``explore/<mode>/episode_return``,
+            ``charts/frames_per_second``).
+    """
+    total, iterations = runner.number_epochs, runner.counters.iteration
+    epoch = f"epoch {runner.epoch}/{total}"
+    if iterations % runner.epoch_size:
+        epoch += f" (iteration {iterations % runner.epoch_size}/{runner.epoch_size})"
+    parts = [epoch, f"frames {runner.counters.frames:,}"]
     for mode in ("train", "test"):
         value = metrics.get(f"explore/{mode}/episode_return")
         if value is not None:
             parts.append(f"{mode} return {value:.1f}")
-    parts.append(f"{fps:,.0f} frames/s")
-    if epoch and epoch < total:
-        seconds_per_epoch = runner._wall_time_now() / max(epoch, 1)
-        parts.append(f"left ~{format_duration(seconds_per_epoch * (total - epoch))}")
+    parts.append(f"{metrics.get('charts/frames_per_second', 0.0):,.0f} frames/s")
+    left = total * runner.epoch_size - iterations
+    if iterations and left > 0:
+        parts.append(f"left ~{format_duration(runner._wall_time_now() / iterations * left)}")
     return " | ".join(parts)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
 from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.utility.progress import LiveLine
 
 __all__ = ["RunHandle", "close_run", "open_run", "run_training"]
 
@@ -161,8 +162,22 @@ def running(handle: RunHandle) -> Iterator[RunHandle]:
 
 
 def run_training(handle: RunHandle | None, call: StageCall = call_directly) -> str:
-    """Train an opened run to its end and close it; return why it stopped."""
+    """Train an opened run to its end and close it; return why it stopped.
+
+    On a terminal a live line shows the progress after every iteration (see
+    :class:`~digideep.utility.progress.LiveLine`); elsewhere the per-epoch log lines do.
+    """
     if handle is None:
         return "already finished"
-    with running(handle):
-        return handle.runner.train(call)
+    runner = handle.runner
+    with running(handle), LiveLine() as live:
+        if not live.enabled:
+            return runner.train(call)
+
+        def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
+            result = call(stage, function)
+            if stage == "update":
+                live.show(runner.status_line())
+            return result
+
+        return runner.train(call_and_show)
