@@ -217,6 +217,10 @@ class Runner:
                 self.counters.best_test_return = test_return
                 self.counters.best_checkpoint = iteration
             self.counters.last_checkpoint = iteration
+            if self.tracker is not None:
+                # metrics up to this checkpoint must be in MLflow before it exists: a resumed run
+                # does not log again the steps a checkpoint covers
+                self.tracker.flush(force=True, wait=True)
             for memory in self.memories.values():
                 memory.flush()
             saved = save_checkpoint(

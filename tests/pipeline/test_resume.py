@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from mlflow import MlflowClient
 
 from digideep.memory import Memory
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
@@ -129,3 +130,13 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_
     killed_counters = killed_states["counters"]
     for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
         assert straight_counters[counter] == killed_counters[counter], counter
+
+    # MLflow: the resumed session reopened its run, which holds each step once, like the straight run
+    client = MlflowClient(run_env["MLFLOW_TRACKING_URI"])
+    histories = {}
+    for name in ("straight", "killed"):
+        run_id = json.loads((tmp_path / name / "session.json").read_text())["mlflow_run_id"]
+        assert client.get_run(run_id).info.status == "FINISHED"
+        histories[name] = [(m.step, m.value) for m in client.get_metric_history(run_id, "charts/iteration")]
+    assert sorted(histories["killed"]) == sorted(histories["straight"])
+    assert len({step for step, _ in histories["killed"]}) == len(histories["killed"]) == 4
