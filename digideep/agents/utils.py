@@ -127,11 +127,6 @@ class MetricAccumulator:
         for name, value in metrics.items():
             self._values.setdefault(name, []).append(value)
 
-    def last(self, name: str) -> torch.Tensor | None:
-        """The latest value recorded under ``name`` (a tensor; None if none)."""
-        values = self._values.get(name)
-        return values[-1] if values else None
-
     def result(self) -> dict[str, float]:
         """The mean of every metric over the recorded steps, as Python floats."""
         if not self._values:

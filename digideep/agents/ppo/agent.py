@@ -45,7 +45,7 @@ class PPO(AgentBase):
             ``mean((V - R)^2)`` equals 1.0 here).
         max_grad_norm: global gradient-norm clip (0.5).
         normalize_advantage: normalize advantages per minibatch.
-        target_kl: stop the epochs early once the approximate KL exceeds it (None: never).
+        target_kl: stop the epochs early once an epoch's approximate KL exceeds it (None: never).
         anneal_lr: decay the learning rate linearly to 0 over ``total_iterations`` updates.
         anneal_clip: decay the clip range likewise (SB3 zoo ``clip_range: lin_0.2``).
         total_iterations: ``update()`` calls in the whole run, for annealing.
@@ -247,19 +247,24 @@ class PPO(AgentBase):
     def _epochs_flat(self, data: dict[str, torch.Tensor], clip: float, metrics: MetricAccumulator) -> None:
         keys = ("observations", "actions", "log_probs", "values", "advantages", "returns")
         flat = [data[k].reshape(-1, *data[k].shape[2:]) for k in keys]
-        size = flat[0].shape[0]
+        size, batch_size = flat[0].shape[0], self.batch_size
         for _ in range(self.n_epochs):
             order = torch.randperm(size, device=self.device)
             shuffled = [x[order] for x in flat]
-            for start in range(0, size, self.batch_size):
+            if self.normalize_advantage:
+                shuffled[4] = losses.normalize_per_minibatch(shuffled[4], batch_size)
+            log_ratios = []
+            for start in range(0, size, batch_size):
                 obs, actions, old_log_probs, old_values, advantages, returns = (
-                    x[start : start + self.batch_size] for x in shuffled
+                    x[start : start + batch_size] for x in shuffled
                 )
                 dist, values = self.policy.heads_forward(obs)
-                self._step(
-                    dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
+                log_ratios.append(
+                    self._step(
+                        dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
+                    )
                 )
-            if self._kl_exceeded(metrics):
+            if self._epoch_end(log_ratios, clip, metrics):
                 break
 
     def _epochs_recurrent(
@@ -269,18 +274,25 @@ class PPO(AgentBase):
         per_batch = min(num_workers, max(1, self.batch_size // num_steps))
         for _ in range(self.n_epochs):
             order = torch.randperm(num_workers, device=self.device)
+            log_ratios = []
             for start in range(0, num_workers, per_batch):
                 rows = order[start : start + per_batch]
                 features = self.policy.sequence_features(
                     data["observations"][rows], data["hidden"][rows], data["masks"][rows]
                 )
                 dist, values = self.policy.heads_forward(features.reshape(-1, features.shape[-1]))
-                picked = [
+                actions, old_log_probs, old_values, advantages, returns = (
                     data[k][rows].reshape(-1, *data[k].shape[2:])
                     for k in ("actions", "log_probs", "values", "advantages", "returns")
-                ]
-                self._step(dist, values, *picked, clip, metrics)
-            if self._kl_exceeded(metrics):
+                )
+                if self.normalize_advantage:
+                    advantages = losses.normalize_per_minibatch(advantages, advantages.shape[0])
+                log_ratios.append(
+                    self._step(
+                        dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
+                    )
+                )
+            if self._epoch_end(log_ratios, clip, metrics):
                 break
 
     def _step(
@@ -294,15 +306,18 @@ class PPO(AgentBase):
         returns: torch.Tensor,
         clip: float,
         metrics: MetricAccumulator,
-    ) -> None:
-        """One minibatch gradient step; all inputs ``(B, ...)``."""
+    ) -> torch.Tensor:
+        """One minibatch gradient step; inputs ``(B, ...)``, advantages already normalized.
+
+        Returns:
+            ``(B,)`` detached log-ratios, for the epoch's clip fraction and approximate KL.
+        """
         log_probs, entropy = self.policy.log_prob_entropy(dist, actions)
-        if self.normalize_advantage and advantages.shape[0] > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        pg_loss, clip_fraction, approx_kl = losses.policy_loss(log_probs, old_log_probs, advantages, clip)
+        pg_loss, log_ratio = losses.policy_loss(log_probs, old_log_probs, advantages, clip)
         v_loss = losses.value_loss(values, old_values, returns, clip if self.clip_value_loss else None)
-        ent_loss = losses.entropy_loss(entropy)
-        loss = pg_loss + self.ent_coef * ent_loss + self.vf_coef * v_loss
+        loss = pg_loss + self.vf_coef * v_loss
+        if self.ent_coef:
+            loss = loss + self.ent_coef * losses.entropy_loss(entropy)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm is not None:
@@ -313,18 +328,19 @@ class PPO(AgentBase):
             **{
                 "losses/policy_loss": pg_loss.detach(),
                 "losses/value_loss": v_loss.detach(),
-                "losses/entropy": -ent_loss.detach(),
-                "losses/approx_kl": approx_kl,
-                "losses/clipfrac": clip_fraction,
+                "losses/entropy": entropy.detach().mean(),
             }
         )
+        return log_ratio
 
-    def _kl_exceeded(self, metrics: MetricAccumulator) -> bool:
-        """Whether the last minibatch's approximate KL passed ``target_kl`` (one host read per epoch)."""
-        if self.target_kl is None:
-            return False
-        last = metrics.last("losses/approx_kl")
-        return last is not None and float(last) > self.target_kl
+    def _epoch_end(self, log_ratios: list[torch.Tensor], clip: float, metrics: MetricAccumulator) -> bool:
+        """Record the epoch's clip fraction and approximate KL; True to stop early (``target_kl``).
+
+        Reads one number from the device per epoch, and only with ``target_kl`` set.
+        """
+        clip_fraction, approx_kl = losses.ratio_stats(torch.cat(log_ratios), clip)
+        metrics.add(**{"losses/clipfrac": clip_fraction, "losses/approx_kl": approx_kl})
+        return self.target_kl is not None and float(approx_kl) > self.target_kl
 
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:

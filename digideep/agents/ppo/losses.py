@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["entropy_loss", "gae", "policy_loss", "value_loss"]
+__all__ = ["entropy_loss", "gae", "normalize_per_minibatch", "policy_loss", "ratio_stats", "value_loss"]
 
 
 def gae(
@@ -56,7 +56,7 @@ def gae(
 
 def policy_loss(
     log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_range: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped surrogate ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``, ``r = pi / pi_old``.
 
     Args:
@@ -66,18 +66,24 @@ def policy_loss(
         clip_range: ``eps``.
 
     Returns:
-        ``(loss, clip_fraction, approx_kl)`` scalars; the last two carry no gradient. ``approx_kl`` is
-        the ``(r - 1) - log r`` estimator.
+        ``(loss, log_ratio)``: the scalar loss and the detached ``(B,)`` ``log r`` for :func:`ratio_stats`.
     """
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range) * advantages
-    loss = -torch.minimum(unclipped, clipped).mean()
-    with torch.no_grad():
-        clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-    return loss, clip_fraction, approx_kl
+    clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
+    loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
+    return loss, log_ratio.detach()
+
+
+def ratio_stats(log_ratio: torch.Tensor, clip_range: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(clip_fraction, approx_kl)`` of detached log-ratios ``(N,)``.
+
+    ``clip_fraction`` is the share of ``|r - 1| > eps``; ``approx_kl`` the ``mean((r - 1) - log r)``
+    estimator (CleanRL, "Approximating KL divergence", J. Schulman).
+    """
+    ratio = log_ratio.exp()
+    clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()
+    return clip_fraction, ((ratio - 1.0) - log_ratio).mean()
 
 
 def value_loss(
@@ -105,3 +111,28 @@ def value_loss(
 def entropy_loss(entropy: torch.Tensor) -> torch.Tensor:
     """``-mean(entropy)``: minimizing it with a positive coefficient encourages exploration."""
     return -entropy.mean()
+
+
+def normalize_per_minibatch(advantages: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Normalize each consecutive slice of ``batch_size`` rows to zero mean and unit std.
+
+    The same as normalizing inside every minibatch (SB3, CleanRL), done in one batched operation.
+    A trailing slice of one row is left as is.
+
+    Args:
+        advantages: ``(N,)``.
+        batch_size: minibatch size.
+
+    Returns:
+        ``(N,)``.
+    """
+    full = advantages.shape[0] // batch_size * batch_size
+    parts = []
+    if full:
+        head = advantages[:full].reshape(-1, batch_size)
+        parts.append(((head - head.mean(1, keepdim=True)) / (head.std(1, keepdim=True) + 1e-8)).reshape(-1))
+    tail = advantages[full:]
+    if tail.shape[0] > 1:
+        tail = (tail - tail.mean()) / (tail.std() + 1e-8)
+    parts.append(tail)
+    return torch.cat(parts) if len(parts) > 1 else parts[0]

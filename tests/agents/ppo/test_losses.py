@@ -80,12 +80,24 @@ def test_policy_loss_clips_the_ratio() -> None:
     advantages = torch.tensor([1.0, 1.0, -1.0])
     old = torch.zeros(3)
     new = torch.log(torch.tensor([1.5, 0.9, 0.5]))
-    loss, clip_fraction, approx_kl = losses.policy_loss(new, old, advantages, clip_range=0.2)
+    loss, log_ratio = losses.policy_loss(new, old, advantages, clip_range=0.2)
     # min(r A, clip(r) A): [min(1.5, 1.2), min(0.9, 0.9), min(-0.5, -0.8)] = [1.2, 0.9, -0.8]
     torch.testing.assert_close(loss, torch.tensor(-(1.2 + 0.9 - 0.8) / 3))
+    clip_fraction, approx_kl = losses.ratio_stats(log_ratio, 0.2)
     torch.testing.assert_close(clip_fraction, torch.tensor(2 / 3))
     ratio = new.exp()
     torch.testing.assert_close(approx_kl, ((ratio - 1) - new).mean())
+    assert not log_ratio.requires_grad
+
+
+def test_minibatch_normalization_equals_normalizing_each_slice() -> None:
+    torch.manual_seed(0)
+    advantages = torch.randn(10) * 3 + 1
+    out = losses.normalize_per_minibatch(advantages, 4)
+    for lo, hi in ((0, 4), (4, 8), (8, 10)):
+        part = advantages[lo:hi]
+        torch.testing.assert_close(out[lo:hi], (part - part.mean()) / (part.std() + 1e-8))
+    torch.testing.assert_close(losses.normalize_per_minibatch(advantages, 3)[9:], advantages[9:])
 
 
 def test_value_loss_clipped_is_pessimistic() -> None:
