@@ -15,7 +15,7 @@ from digideep.agents.ddpg import DDPG
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
-from tests.agents.loop import build, train
+from tests.agents.runner_setup import close, iterate, make_runner, small_params
 
 SMALL_OFF_POLICY = {
     "batch_size": 32,
@@ -38,6 +38,10 @@ CASES = {
 }
 
 
+def path_of(cls: type) -> str:
+    return f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}"
+
+
 def snapshot(agent: Any) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in agent.policy.state_dict().items()}
 
@@ -46,20 +50,11 @@ def snapshot(agent: Any) -> dict[str, torch.Tensor]:
 def test_agent_learns_a_little_and_round_trips(tmp_path: Path, case: str) -> None:
     cls, args, model_name, capacity = CASES[case]
     torch.manual_seed(0)
-    setup = build(
-        tmp_path,
-        cls,
-        args,
-        {"model_name": model_name},
-        num_workers=2,
-        n_steps=16,
-        warm_start=8,
-        capacity=capacity,
-        seed=0,
-    )
+    runner = make_runner(tmp_path, small_params(path_of(cls), args, model_name, 2, 16, 8, capacity))
+    agent, memory = runner.agents["agent"], runner.memories["train"]
     try:
-        before = snapshot(setup.agent)
-        metrics = train(setup, 3)
+        before = snapshot(agent)
+        metrics = iterate(runner, 3)
         assert metrics[-1], "the last iteration made gradient steps"
         assert all(math.isfinite(v) for m in metrics for v in m.values())
         loss_names = (
@@ -68,52 +63,53 @@ def test_agent_learns_a_little_and_round_trips(tmp_path: Path, case: str) -> Non
             else {"losses/policy_loss", "losses/value_loss"}
         )
         assert loss_names <= set(metrics[-1])
-        after = snapshot(setup.agent)
+        after = snapshot(agent)
         for name in ("actor", "critic", "heads"):
             changed = [not torch.equal(before[k], after[k]) for k in before if k.startswith(name + ".")]
             assert not changed or any(changed), f"{case}: no {name} parameter changed"
-        assert setup.agent.updates > 0
+        assert agent.updates > 0
 
         path = tmp_path / "agent.pt"
-        torch.save(setup.agent.state_dict(), path)
+        torch.save(agent.state_dict(), path)
         state = torch.load(path, weights_only=True, map_location="cpu")
-        twin = cls("agent", setup.session, setup.agent.observation_space, setup.agent.action_space, **args)
+        twin = cls("agent", runner.session, agent.observation_space, agent.action_space, **args)
         twin.load_state_dict(state)
-        assert twin.updates == setup.agent.updates
-        for key, value in snapshot(setup.agent).items():
+        assert twin.updates == agent.updates
+        for key, value in snapshot(agent).items():
             torch.testing.assert_close(twin.policy.state_dict()[key], value)
-        observations = np.stack([setup.agent.observation_space.sample() for _ in range(3)]).astype(np.float32)
-        hidden, masks = setup.agent.initial_hidden_state(3), np.ones((3, 1), np.float32)
-        mine = setup.agent.action_generator(observations, hidden, masks, deterministic=True)
+        observations = np.stack([agent.observation_space.sample() for _ in range(3)]).astype(np.float32)
+        hidden, masks = agent.initial_hidden_state(3), np.ones((3, 1), np.float32)
+        mine = agent.action_generator(observations, hidden, masks, deterministic=True)
         theirs = twin.action_generator(observations, hidden, masks, deterministic=True)
         np.testing.assert_allclose(mine["actions"], theirs["actions"], rtol=1e-6)
         # one more update from the same batch moves both agents the same way (optimizer state restored)
         if capacity:
-            batch = setup.agent.sample(setup.memory)
+            batch = agent.sample(memory)
             torch.manual_seed(1)
-            setup.agent.update(batch)
+            agent.update(batch)
             torch.manual_seed(1)
             twin.update(batch)
-            for key, value in snapshot(setup.agent).items():
+            for key, value in snapshot(agent).items():
                 torch.testing.assert_close(twin.policy.state_dict()[key], value)
     finally:
-        setup.close()
+        close(runner)
 
 
 def test_action_generator_contract(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    setup = build(
-        tmp_path, PPO, {"recurrent": True, "recurrent_size": 8}, {"model_name": "Pendulum-v1"}, 2, 4
+    runner = make_runner(
+        tmp_path, small_params(path_of(PPO), {"recurrent": True, "recurrent_size": 8}, "Pendulum-v1", 2, 4)
     )
     try:
-        chunk = setup.explorer.update()
+        chunk = runner.explorers["train"].update()
         assert chunk["/agents/agent/hidden_state"].shape == (2, 5, 8)
         assert np.abs(chunk["/agents/agent/hidden_state"][:, 1:]).sum() > 0, "the GRU state flows"
         assert chunk["/agents/agent/artifacts/values"].shape == (2, 5, 1)
         assert chunk["/agents/agent/artifacts/action_log_probs"].dtype == np.float32
     finally:
-        setup.close()
-    agent = SAC("agent", setup.session, setup.agent.observation_space, setup.agent.action_space)
+        close(runner)
+    ppo = runner.agents["agent"]
+    agent = SAC("agent", runner.session, ppo.observation_space, ppo.action_space)
     obs = np.zeros((4, 3), np.float32)
     out = agent.action_generator(obs, agent.initial_hidden_state(4), np.ones((4, 1), np.float32), False)
     assert out["actions"].shape == (4, 1) and out["actions"].dtype == np.float32
@@ -124,20 +120,15 @@ def test_action_generator_contract(tmp_path: Path) -> None:
 
 
 def test_off_policy_waits_for_learning_starts(tmp_path: Path) -> None:
-    setup = build(
-        tmp_path,
-        SAC,
-        {**SMALL_OFF_POLICY, "learning_starts": 100},
-        {"model_name": "Pendulum-v1"},
-        2,
-        16,
-        capacity=1000,
+    params = small_params(
+        path_of(SAC), {**SMALL_OFF_POLICY, "learning_starts": 100}, "Pendulum-v1", 2, 16, capacity=1000
     )
+    runner = make_runner(tmp_path, params)
     try:
-        assert train(setup, 2) == [{}, {}]  # 2 x 16 x 2 = 64 < 100 transitions: nothing to learn yet
-        assert train(setup, 2)[-1] and setup.agent.updates == 8
+        assert iterate(runner, 2) == [{}, {}]  # 2 x 16 x 2 = 64 < 100 transitions: nothing to learn yet
+        assert iterate(runner, 2)[-1] and runner.agents["agent"].updates == 8
     finally:
-        setup.close()
+        close(runner)
 
 
 def test_unknown_parameters_are_refused(tmp_path: Path) -> None:

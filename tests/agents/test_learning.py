@@ -8,32 +8,32 @@ their trees buildable in CI.
 
 from __future__ import annotations
 
-import importlib
 import math
 from pathlib import Path
 
 import pytest
 
-from tests.agents.loop import build_from_params, evaluate, train
+from digideep.utility.monitoring import monitor
+from tests.agents.runner_setup import close, iterate, make_runner, shipped_params
 
 TARGETS = {"pendulum_sac": -200.0, "pendulum_td3": -250.0, "pendulum_ddpg": -250.0, "cartpole_ppo": 475.0}
-
-
-def params_of(name: str, **overrides: object) -> dict:
-    module = importlib.import_module(f"params.{name}")
-    return module.gen_params({**module.cpanel, **overrides})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_reaches_the_target_return(tmp_path: Path, name: str, seed: int) -> None:
-    setup, iterations = build_from_params(tmp_path, params_of(name, seed=seed))
+    epochs = shipped_params(name)["runner"]["number_epochs"]
+    # the Runner's own test stage, once at the end, over 10 deterministic episodes
+    params = shipped_params(name, seed=seed, test_interval=epochs, test_episodes=10, test_win_size=10)
+    runner = make_runner(tmp_path, params)
     try:
-        train(setup, iterations)
-        score = evaluate(setup, episodes=10, seed=10_000 + seed)
+        assert runner.train() == "finished"
+        returns = monitor.window_values("/explore/test/episode_return")
     finally:
-        setup.close()
+        close(runner)
+    assert len(returns) == 10
+    score = sum(returns) / len(returns)
     print(f"{name} seed {seed}: mean deterministic return {score:.1f} (target {TARGETS[name]})")
     assert score >= TARGETS[name], f"{name} seed {seed}: mean return {score:.1f} < {TARGETS[name]}"
 
@@ -41,10 +41,9 @@ def test_reaches_the_target_return(tmp_path: Path, name: str, seed: int) -> None
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_params_file_runs_a_few_iterations(tmp_path: Path, name: str) -> None:
     overrides = {"learning_starts": 64, "batch_size": 32} if "ppo" not in name else {"n_epochs": 1}
-    params = params_of(name, n_steps=32, hidden_sizes=[16, 16], **overrides)
-    setup, _ = build_from_params(tmp_path, params)
+    runner = make_runner(tmp_path, shipped_params(name, n_steps=32, hidden_sizes=[16, 16], **overrides))
     try:
-        metrics = train(setup, 3)
+        metrics = iterate(runner, 3)
         assert metrics[-1] and all(math.isfinite(v) for v in metrics[-1].values())
     finally:
-        setup.close()
+        close(runner)
