@@ -6,6 +6,8 @@ Hyperparameters: RL Baselines3 Zoo ``hyperparams/ppo.yml`` (CartPole-v1: 8 envs,
 deterministic return of 475 or better by 100,000 frames.
 """
 
+from params._common import ROLLOUT_MEMORY, tree
+
 cpanel = {
     "model_name": "CartPole-v1",  # Gymnasium id
     "seed": 0,  # seed of torch, numpy and the envs
@@ -38,7 +40,6 @@ cpanel = {
 
 def gen_params(cpanel: dict) -> dict:
     """The params tree (``docs/architecture.md``); every value comes from the cpanel above."""
-    seed, num_workers, n_steps = cpanel["seed"], cpanel["num_workers"], cpanel["n_steps"]
     env = {
         "model_name": cpanel["model_name"],
         "from_module": None,
@@ -64,41 +65,11 @@ def gen_params(cpanel: dict) -> dict:
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
     }
-    return {
-        "session": {"torch_threads": cpanel["torch_threads"]},
-        "runner": {
-            "number_epochs": cpanel["number_epochs"],
-            "epoch_size": cpanel["epoch_size"],
-            "test_interval": cpanel["test_interval"],
-            "save_interval": cpanel["save_interval"],
-            "keep_checkpoints": 3,
-            "max_wall_time": None,
-            "max_iterations": None,
-            "seed": seed,
-        },
-        "env": env,
-        "explorer": {
-            "train": {"num_workers": num_workers, "n_steps": n_steps, "seed": seed},
-            "test": {
-                "num_workers": 1,
-                "n_steps": None,
-                "n_episodes": cpanel["test_episodes"],
-                "do_reset": True,
-                "deterministic": True,
-                "seed": seed + 10_000,
-                "win_size": cpanel["test_win_size"],
-            },
-            "eval": {
-                "num_workers": 1,
-                "n_steps": None,
-                "n_episodes": 1,
-                "do_reset": True,
-                "deterministic": True,
-                "render": True,
-                "seed": seed + 20_000,
-            },
-        },
-        # on-policy: the latest chunk only
-        "memory": {"train": {"type": "digideep.memory.RolloutMemory", "args": {"keep": 1}}},
-        "agents": {"agent": {"type": "digideep.agents.ppo.PPO", "memory": "train", "args": agent_args}},
-    }
+    return tree(
+        cpanel,
+        env=env,
+        agent="digideep.agents.ppo.PPO",
+        agent_args=agent_args,
+        memory=ROLLOUT_MEMORY,
+        warm_start=False,
+    )

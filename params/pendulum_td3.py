@@ -7,6 +7,8 @@ learning; here ``learning_starts`` is 1000 so that the 20,000-frame budget is mo
 Expected: a mean deterministic return of -250 or better by 20,000 frames.
 """
 
+from params._common import env, off_policy_args, replay_memory, tree
+
 cpanel = {
     "model_name": "Pendulum-v1",  # Gymnasium id
     "seed": 0,  # seed of torch, numpy, the envs and the sampler
@@ -37,76 +39,19 @@ cpanel = {
 
 def gen_params(cpanel: dict) -> dict:
     """The params tree (``docs/architecture.md``); every value comes from the cpanel above."""
-    seed, num_workers, n_steps = cpanel["seed"], cpanel["num_workers"], cpanel["n_steps"]
-    env = {
-        "model_name": cpanel["model_name"],
-        "from_module": None,
-        "vectorization": "sync",
-        "wrappers": [],
-        "vector_wrappers": [],
-        "max_episode_steps": None,
-    }
     agent_args = {
-        "lr": cpanel["lr"],
-        "gamma": cpanel["gamma"],
-        "tau": cpanel["tau"],
-        "batch_size": cpanel["batch_size"],
-        # gradient steps per iteration: updates_per_step per collected frame
-        "updates_per_iteration": max(1, round(cpanel["updates_per_step"] * n_steps * num_workers)),
-        "learning_starts": cpanel["learning_starts"],
-        "hidden_sizes": list(cpanel["hidden_sizes"]),
-        "seed": seed,
+        **off_policy_args(cpanel),
         "noise_type": cpanel["noise_type"],
         "noise_std": cpanel["noise_std"],
         "policy_frequency": cpanel["policy_frequency"],
         "target_policy_noise": cpanel["target_policy_noise"],
         "target_noise_clip": cpanel["target_noise_clip"],
     }
-    return {
-        "session": {"torch_threads": cpanel["torch_threads"]},
-        "runner": {
-            "number_epochs": cpanel["number_epochs"],
-            "epoch_size": cpanel["epoch_size"],
-            "test_interval": cpanel["test_interval"],
-            "save_interval": cpanel["save_interval"],
-            "keep_checkpoints": 3,
-            "max_wall_time": None,
-            "max_iterations": None,
-            "seed": seed,
-        },
-        "env": env,
-        "explorer": {
-            # random actions until the memory holds learning_starts frames (SB3's learning_starts)
-            "train": {
-                "num_workers": num_workers,
-                "n_steps": n_steps,
-                "warm_start": -(-cpanel["learning_starts"] // num_workers),
-                "seed": seed,
-            },
-            "test": {
-                "num_workers": 1,
-                "n_steps": None,
-                "n_episodes": cpanel["test_episodes"],
-                "do_reset": True,
-                "deterministic": True,
-                "seed": seed + 10_000,
-                "win_size": cpanel["test_win_size"],
-            },
-            "eval": {
-                "num_workers": 1,
-                "n_steps": None,
-                "n_episodes": 1,
-                "do_reset": True,
-                "deterministic": True,
-                "render": True,
-                "seed": seed + 20_000,
-            },
-        },
-        "memory": {
-            "train": {
-                "type": "digideep.memory.Memory",
-                "args": {"capacity": cpanel["buffer_size"] // num_workers + 1},  # rows per worker
-            }
-        },
-        "agents": {"agent": {"type": "digideep.agents.td3.TD3", "memory": "train", "args": agent_args}},
-    }
+    return tree(
+        cpanel,
+        env=env(cpanel),
+        agent="digideep.agents.td3.TD3",
+        agent_args=agent_args,
+        memory=replay_memory(cpanel),
+        warm_start=True,
+    )

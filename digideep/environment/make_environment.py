@@ -44,32 +44,14 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 
 from digideep.environment.spaces import space_to_dict
 from digideep.environment.wrappers import EnvState, SingleAgentAdapter, VideoRecorder
+from digideep.utility.imports import import_object
 
-__all__ = ["MakeEnvironment", "import_object"]
+__all__ = ["MakeEnvironment"]
 
 log = logging.getLogger(__name__)
 
 VECTORIZATIONS = ("sync", "async", "auto")
 MODES = ("train", "test", "eval")
-
-
-def import_object(path: str) -> Any:
-    """Import ``"package.module.Name"`` (or ``"package.module:Name"``) and return ``Name``.
-
-    Raises:
-        ValueError: when the module or the name cannot be found.
-    """
-    module_name, sep, attr = path.replace(":", ".").rpartition(".")
-    if not sep or not module_name:
-        raise ValueError(f"'{path}' is not an import path; write it as 'package.module.Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import module '{module_name}' for '{path}': {error}") from error
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"module '{module_name}' has no '{attr}' (from '{path}')") from None
 
 
 def _check_stack(stack: list[dict], what: str) -> list[dict]:
@@ -93,7 +75,10 @@ def _check_stack(stack: list[dict], what: str) -> list[dict]:
 
 
 def _apply(env: Any, entry: dict, what: str) -> Any:
-    cls = import_object(entry["name"])
+    try:
+        cls = import_object(entry["name"])
+    except ImportError as error:
+        raise ValueError(f"{what} {error}") from None
     try:
         return cls(env, **entry["args"])
     except TypeError as error:

@@ -9,12 +9,12 @@ __all__ = ["class_path", "import_object"]
 
 
 def import_object(path: str) -> Any:
-    """Return the object that ``path`` (``package.module.Name``) names.
+    """Return the object that ``path`` (``package.module.Name`` or ``package.module:Name``) names.
 
     Raises:
         ImportError: with a message naming ``path`` when the module or the name does not exist.
     """
-    module_name, _, name = path.rpartition(".")
+    module_name, _, name = path.replace(":", ".").rpartition(".")
     if not module_name:
         raise ImportError(f"'{path}' is not a dotted path like 'package.module.Name'")
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory, check_nan, drop_final_prestep, inspect_shapes
@@ -16,9 +15,9 @@ from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import profiler
 from docs.examples import cartpole_reinforce, inspect_chunk, samplers
 from docs.examples.reinforce import Reinforce, discounted_returns
+from tests.helpers import assert_same_tensors
 
 nan = np.nan
-
 
 # --8<-- [start:small_params]
 SMALL = {
@@ -50,23 +49,6 @@ def fresh_debug_tools():
     profiler.reset()
 
 
-def assert_same(a, b, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=where)
-    else:
-        assert a == b, where
-
-
 # --8<-- [start:train_and_resume]
 def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
     params = small_params()
@@ -85,7 +67,7 @@ def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
     _, straight = load_checkpoint(checkpoints[-1].path)  # states.pt loads with weights_only=True
     written = checkpoints[-1].states_file.stat().st_mtime_ns
     with pytest.raises(AssertionError):  # the last two iterations did learn something
-        assert_same(middle["agents"], straight["agents"])
+        assert_same_tensors(middle["agents"], straight["agents"])
 
     # reload the middle checkpoint and train the last two iterations again: the same numbers
     session = Session(root=tmp_path, name="reinforce", resume=True)
@@ -99,7 +81,7 @@ def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
     rewritten = find_checkpoints(session.checkpoints_path)[-1]
     assert rewritten.iteration == 4 and rewritten.states_file.stat().st_mtime_ns != written
     _, again = load_checkpoint(rewritten.path)
-    assert_same(straight["agents"], again["agents"], "agents")
+    assert_same_tensors(straight["agents"], again["agents"], "agents")
     for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
         assert straight["counters"][counter] == again["counters"][counter], counter
 

@@ -18,7 +18,8 @@ from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.local_stack import LocalStack
-from tests.pipeline.test_resume import assert_same_tensors, final_state, run, train_command
+from tests.helpers import assert_same_tensors
+from tests.pipeline.test_resume import final_state, run, train_command
 
 TINY = {"number_epochs": 6, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 3, "test_episodes": 1,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from mlflow import MlflowClient
 
 from digideep.memory import Memory
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from tests.conftest import REPO
+from tests.helpers import assert_same_tensors
 
 SMALL_SAC = {
     "number_epochs": 4,
@@ -75,23 +75,6 @@ def kill_after_checkpoint(command: list[str], env: dict, checkpoints: Path, coun
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
-
-
-def assert_same_tensors(a, b, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same_tensors(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same_tensors(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=where)
-    else:
-        assert a == b, where
 
 
 def final_state(root: Path, name: str) -> tuple[dict, dict]:
