@@ -27,7 +27,6 @@ class ObservationAdapter:
 
     Args:
         observation_space: the single-environment observation space.
-        prefix: the trajectory key of observations (``/observations``).
 
     Attributes:
         paths: sub-paths of the observation leaves (``[""]`` for a Box, ``["/a", "/b/c"]`` for a Dict).

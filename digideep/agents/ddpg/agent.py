@@ -29,7 +29,10 @@ class DDPG(OffPolicyAgent):
     """Deep Deterministic Policy Gradient for Box action spaces.
 
     Args:
-        name, session, observation_space, action_space: see :class:`~digideep.agents.base.AgentBase`.
+        name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
+        session: the run's Session (device, paths).
+        observation_space: the single-environment observation space.
+        action_space: this agent's action space.
         lr: learning rate of actor and critics (SB3 DDPG/TD3: 1e-3).
         actor_lr: actor learning rate; ``lr`` when None (DDPG paper: 1e-4).
         critic_lr: critic learning rate; ``lr`` when None (DDPG paper: 1e-3).

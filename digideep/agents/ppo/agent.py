@@ -32,7 +32,10 @@ class PPO(AgentBase):
     """PPO for Box or Discrete action spaces.
 
     Args:
-        name, session, observation_space, action_space: see :class:`~digideep.agents.base.AgentBase`.
+        name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
+        session: the run's Session (device, paths).
+        observation_space: the single-environment observation space.
+        action_space: this agent's action space.
         lr: Adam learning rate (3e-4 in SB3 and CleanRL).
         n_epochs: passes over each chunk (10).
         batch_size: transitions per minibatch (64); recurrent policies round it to whole sequences.

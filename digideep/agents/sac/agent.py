@@ -30,7 +30,10 @@ class SAC(OffPolicyAgent):
     """Soft Actor-Critic for Box action spaces.
 
     Args:
-        name, session, observation_space, action_space: see :class:`~digideep.agents.base.AgentBase`.
+        name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
+        session: the run's Session (device, paths).
+        observation_space: the single-environment observation space.
+        action_space: this agent's action space.
         lr: learning rate of actor, critics and temperature (SB3: one ``learning_rate``, 3e-4).
         actor_lr: actor learning rate; ``lr`` when None (CleanRL ``policy_lr`` 3e-4).
         critic_lr: critic learning rate; ``lr`` when None (CleanRL ``q_lr`` 1e-3).
