@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 
 from digideep.errors import UsageError
@@ -44,13 +45,30 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     session = Session(root=session_folder.parent, name=session_folder.name, resume=True, lock=False)
     name = "/explore/eval/episode_return"
     monitor.set_window(name, eval_params["n_episodes"])
+    before = set(session.videos_path.glob("*.mp4"))
     runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
     try:
         runner.explorers["eval"].update()
     finally:
         runner.close()
         session.close()
+    if video:
+        _keep_videos(session, path, sorted(set(session.videos_path.glob("*.mp4")) - before))
     returns = monitor.window_values(name)
     if returns:
         log.info("played %d episodes: mean return %.2f", len(returns), sum(returns) / len(returns))
     return returns
+
+
+def _keep_videos(session: Session, checkpoint: Path, videos: list[Path]) -> None:
+    """Move this play's videos to ``videos/<checkpoint>-<time>/`` and attach them to the MLflow run."""
+    if not videos:
+        return
+    folder = session.videos_path / f"{checkpoint.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(exist_ok=True)
+    for video in videos:
+        video.rename(folder / video.name)
+    log.info("videos in %s", folder)
+    from digideep.tracking.tracker import log_videos  # mlflow is imported only when there are videos
+
+    log_videos(session, folder)

@@ -8,14 +8,20 @@ folder: ``data/sessions`` -> ``data/mlflow.db`` and ``data/mlartifacts``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from mlflow import MlflowClient
 
 from digideep.pipeline.session import Session
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.naming import experiment_name
 
-__all__ = ["open_tracker"]
+__all__ = ["log_videos", "open_tracker"]
+
+log = logging.getLogger(__name__)
 
 
 def open_tracker(
@@ -55,3 +61,24 @@ def open_tracker(
     if run_id:
         session.update_info(mlflow_run_id=run_id, mlflow_tracking_uri=tracker.uri)
     return tracker
+
+
+def log_videos(session: Session, folder: Path) -> bool:
+    """Attach the MP4s in ``folder`` to the session's MLflow run, under ``videos/<folder name>``.
+
+    Uses the client directly, so the run's status is left alone (the run may still be training).
+    Returns whether they were logged; a session without a run, or a store that fails, logs a
+    warning instead of failing the caller.
+    """
+    info = session.info()
+    run_id = info.get("mlflow_run_id")
+    if not run_id:
+        return False
+    try:
+        MlflowClient(info.get("mlflow_tracking_uri")).log_artifacts(
+            run_id, str(folder), f"videos/{folder.name}"
+        )
+    except Exception as error:  # tracking is a side channel here: the videos are on disk either way
+        log.warning("videos in %s were not logged to MLflow run %s: %s", folder, run_id, error)
+        return False
+    return True

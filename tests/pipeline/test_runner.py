@@ -173,3 +173,27 @@ def test_bad_checkpoints_give_one_line_exit_2_and_change_nothing(
     after = fingerprint(session)
     after.pop("log.txt", None), before.pop("log.txt", None)
     assert after == before
+
+
+def test_play_with_video_writes_mp4s_and_attaches_them_to_the_mlflow_run(tmp_path, trained, mlflow_uri):
+    session = tmp_path / "s"
+    subprocess.run(["cp", "-r", str(trained), str(session)], check=True)
+    checkpoint = latest_checkpoint(session / "checkpoints").path
+    environment = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri}
+    args = ["play", str(checkpoint), "--episodes", "2", "--video"]
+    result = subprocess.run(
+        [sys.executable, "-c", "from digideep.main import cli; raise SystemExit(cli())", *args],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "mean return" in result.stdout
+    folders = [p for p in (session / "videos").iterdir() if p.is_dir()]
+    assert len(folders) == 1 and folders[0].name.startswith(checkpoint.name)
+    videos = sorted(folders[0].glob("*.mp4"))
+    assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
+
+    from mlflow import MlflowClient
+
+    run_id = json.loads((session / "session.json").read_text())["mlflow_run_id"]
+    logged = MlflowClient(mlflow_uri).list_artifacts(run_id, f"videos/{folders[0].name}")
+    assert sorted(Path(a.path).name for a in logged) == [v.name for v in videos]
