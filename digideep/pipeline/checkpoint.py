@@ -180,20 +180,18 @@ def latest_checkpoint(folder: Path) -> Checkpoint | None:
     return found[-1] if found else None
 
 
-def apply_retention(folder: Path, keep: int, best: Checkpoint | None = None) -> list[Path]:
-    """Delete all but the newest ``keep`` checkpoints and ``best``; return the deleted folders.
+def apply_retention(folder: Path, keep: int, best: int | None = None) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints and the one of iteration ``best``.
 
-    ``keep <= 0`` keeps every checkpoint.
+    ``keep <= 0`` keeps every checkpoint. Returns the deleted folders.
     """
     if keep <= 0:
         return []
     found = find_checkpoints(folder)
-    kept = {c.path for c in found[-keep:]}
-    if best is not None:
-        kept.add(best.path)
+    kept = {c.iteration for c in found[-keep:]} | {best}
     deleted = []
     for checkpoint in found:
-        if checkpoint.path not in kept:
+        if checkpoint.iteration not in kept:
             shutil.rmtree(checkpoint.path)
             deleted.append(checkpoint.path)
     return deleted

@@ -226,9 +226,7 @@ class Runner:
             saved = save_checkpoint(
                 self.session.checkpoints_path, iteration, self.runner_info(), self.state_dict()
             )
-            best = Checkpoint(
-                self.session.checkpoints_path / f"checkpoint-{self.counters.best_checkpoint}", -1
-            )
+            best = self.counters.best_checkpoint
             for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
                 log.debug("retention removed %s", deleted)
         if self.tracker is not None:

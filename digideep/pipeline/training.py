@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
@@ -35,10 +37,6 @@ class RunHandle:
     runner: Runner
     tracker: Any
     resumed_from: Path | None
-
-
-def _session_has_state(root: Path, name: str | None) -> bool:
-    return name is not None and (root / name / "params.json").is_file()
 
 
 def open_run(
@@ -104,8 +102,6 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
     cpanel = session.read_json("cpanel.json")
     threads = params.get("session", {}).get("torch_threads")
     if threads:
-        import torch
-
         torch.set_num_threads(threads)
     found = resume_checkpoint(session) if any(session.checkpoints_path.glob("checkpoint-*")) else None
     if found is None:
@@ -115,9 +111,8 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         tracker = _open_tracker(session, params, cpanel, tags)
         return RunHandle(session, Runner(session, params, tracker=tracker), tracker, None)
     log.info("resuming session %s from %s", session.path, found.path)
-    runner = Runner.from_checkpoint(
-        session, found.path
-    )  # a damaged checkpoint fails here, before tracking starts
+    # a damaged checkpoint fails here, before tracking starts
+    runner = Runner.from_checkpoint(session, found.path)
     runner.tracker = tracker = _open_tracker(session, params, cpanel, tags)
     return RunHandle(session, runner, tracker, found.path)
 

@@ -61,8 +61,7 @@ def test_latest_ignores_incomplete_folders(tmp_path):
 def test_retention_keeps_the_last_k_and_the_best(tmp_path):
     for iteration in range(1, 7):
         ckpt.save_checkpoint(tmp_path, iteration, info(iteration), states())
-    best = ckpt.Checkpoint(tmp_path / "checkpoint-2", 2)
-    ckpt.apply_retention(tmp_path, keep=2, best=best)
+    ckpt.apply_retention(tmp_path, keep=2, best=2)
     assert [c.iteration for c in ckpt.find_checkpoints(tmp_path)] == [2, 5, 6]
 
 
