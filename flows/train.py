@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -38,7 +38,7 @@ _RUNNERS: dict[str, Runner] = {}
 
 @task(name="stage", cache_policy=NO_CACHE, persist_result=False, task_run_name="{label}")
 def run_stage(key: str, stage: str, label: str) -> Any:
-    """Run one Runner stage (explore, store, sample, update, test, log, checkpoint)."""
+    """Run one Runner stage (explore, store, sample, update or iterate; test, log, checkpoint)."""
     return getattr(_RUNNERS[key], stage)()
 
 
@@ -58,6 +58,7 @@ def train(
     session_name: str | None = None,
     session_path: str = str(DEFAULT_ROOT),
     resume: bool = False,
+    tasks: Literal["stage", "iteration"] = "stage",
 ) -> dict[str, Any]:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
 
@@ -67,6 +68,10 @@ def train(
         session_name: session to create (or, with ``resume``, to continue); default from the flow run.
         session_path: folder holding sessions.
         resume: continue ``session_name`` from its newest checkpoint.
+        tasks: ``"stage"``: a task per stage (explore, store, sample, update, ...), the default;
+            ``"iteration"``: one task per iteration, four times fewer task runs, for short
+            iterations where orchestration would cost more than a few percent
+            (``bench/bench_orchestration.py``).
     """
     logger = get_run_logger()
     # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
@@ -103,7 +108,11 @@ def train(
     if handle.resumed_from:
         logger.info("resuming from %s", handle.resumed_from)
     try:
-        reason = run_training(handle, lambda stage, _: run_stage(key, stage, runner.stage_label(stage)))
+        reason = run_training(
+            handle,
+            lambda stage, _: run_stage(key, stage, runner.stage_label(stage)),
+            per_iteration=tasks == "iteration",
+        )
     finally:
         _RUNNERS.pop(key, None)
     return {

@@ -256,11 +256,26 @@ class Runner:
         """Finish the current iteration, checkpoint and stop (what SIGINT/SIGTERM do)."""
         self._stop_reason = reason
 
-    def schedule(self) -> Iterator[tuple[str, Callable[[], Any]]]:
-        """The stages to run, in order, until training stops. Both drivers walk this."""
+    def iterate(self) -> dict[str, float]:
+        """A whole iteration as one stage (explore, store, sample, update); returns the update's metrics."""
+        self.explore()
+        self.store()
+        self.sample()
+        return self.update()
+
+    def schedule(self, per_iteration: bool = False) -> Iterator[tuple[str, Callable[[], Any]]]:
+        """The stages to run, in order, until training stops. Both drivers walk this.
+
+        Args:
+            per_iteration: yield each iteration as one ``iterate`` stage instead of its four stages
+                (fewer, coarser Prefect tasks when iterations are short).
+        """
         while self.stop_reason() is None:
-            for stage in ITERATION_STAGES:
-                yield stage, getattr(self, stage)
+            if per_iteration:
+                yield "iterate", self.iterate
+            else:
+                for stage in ITERATION_STAGES:
+                    yield stage, getattr(self, stage)
             at_epoch_end = self.counters.iteration % self.epoch_size == 0
             if at_epoch_end:
                 if self.test_due():
@@ -274,18 +289,18 @@ class Runner:
         if self.counters.last_checkpoint != self.counters.iteration:
             yield "checkpoint", self.checkpoint
 
-    def train(self, call: StageCall = call_directly) -> str:
+    def train(self, call: StageCall = call_directly, per_iteration: bool = False) -> str:
         """Train until finished, a limit or a signal; return why it stopped.
 
         A first SIGINT or SIGTERM finishes the iteration, checkpoints and returns; a second SIGINT
-        interrupts at once.
+        interrupts at once. ``per_iteration`` is passed to :meth:`schedule`.
         """
         self._wall_start = time.perf_counter()
         with (
             _StopOnSignals(self),
             StatsSampler(self.stats_interval) if self.stats_interval else nullcontext(),
         ):
-            for stage, function in self.schedule():
+            for stage, function in self.schedule(per_iteration):
                 call(stage, function)
         reason = self.stop_reason() or "finished"
         self._account_wall_time()

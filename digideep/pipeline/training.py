@@ -156,7 +156,9 @@ def running(handle: RunHandle) -> Iterator[RunHandle]:
         close_run(handle, "FINISHED" if finished else "KILLED")
 
 
-def run_training(handle: RunHandle | None, call: StageCall = call_directly) -> str:
+def run_training(
+    handle: RunHandle | None, call: StageCall = call_directly, per_iteration: bool = False
+) -> str:
     """Train an opened run to its end and close it; return why it stopped.
 
     On a terminal a live line shows the progress after every iteration (see
@@ -167,12 +169,12 @@ def run_training(handle: RunHandle | None, call: StageCall = call_directly) -> s
     runner = handle.runner
     with running(handle), LiveLine() as live:
         if not live.enabled:
-            return runner.train(call)
+            return runner.train(call, per_iteration)
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
-            if stage == "update":
+            if stage in ("update", "iterate"):
                 live.show(runner.status_line())
             return result
 
-        return runner.train(call_and_show)
+        return runner.train(call_and_show, per_iteration)

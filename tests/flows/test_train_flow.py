@@ -133,3 +133,35 @@ def test_a_sweep_of_two_runs_completes(stack, tmp_path):
     assert len(finished) == 2
     seeds = sorted(json.loads((sessions / name / "cpanel.json").read_text())["seed"] for name in finished)
     assert seeds == [0, 1]
+
+
+def test_one_task_per_iteration_gives_the_same_run_with_fewer_task_runs(stack, tmp_path, run_env):
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.train import train
+
+    cpanel = {**TINY, "number_epochs": 3, "test_interval": 1}
+    result = train(
+        params="tests.flows.faulty",
+        cpanel=cpanel,
+        session_name="grouped",
+        session_path=str(tmp_path),
+        tasks="iteration",
+    )
+    assert result["stopped"] == "finished" and result["iterations"] == 3
+    run(train_command(tmp_path, "plain", "tests.flows.faulty", cpanel), run_env)
+    grouped_states, grouped_memory = final_state(tmp_path, "grouped")
+    plain_states, plain_memory = final_state(tmp_path, "plain")
+    assert_same_tensors(plain_states["agents"], grouped_states["agents"], "agents")
+    assert grouped_memory["pointers"] == plain_memory["pointers"]
+
+    flow_run_id = json.loads((tmp_path / "grouped" / "session.json").read_text())["prefect_flow_run_id"]
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    names = sorted(t.name for t in task_runs)
+    assert [n for n in names if n.startswith("iterate[")] == [
+        f"iterate[epoch {i}, iteration {i}]" for i in range(3)
+    ]
+    assert not [n for n in names if n.startswith(("explore[", "update["))]
