@@ -21,9 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -32,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from digideep.errors import UsageError
 from digideep.pipeline import components
@@ -43,8 +39,10 @@ from digideep.pipeline.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from digideep.pipeline.reporting import metrics_from_summaries, progress_line
+from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
-from digideep.tracking.naming import metrics_from_summary
+from digideep.pipeline.signals import StopOnSignals
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
@@ -297,7 +295,7 @@ class Runner:
         """
         self._wall_start = time.perf_counter()
         with (
-            _StopOnSignals(self),
+            StopOnSignals(self),
             StatsSampler(self.stats_interval) if self.stats_interval else nullcontext(),
         ):
             for stage, function in self.schedule(per_iteration):
@@ -426,54 +424,6 @@ def resume_checkpoint(session: Session) -> Checkpoint:
     return found[-1]
 
 
-# -- metrics ------------------------------------------------------------------------------------
-def metrics_from_summaries(
-    summary: dict[str, dict[str, float]], timers: dict[str, dict[str, float]]
-) -> dict[str, float]:
-    """Flatten Monitor and Profiler summaries into ``{name: value}`` metrics.
-
-    Every Monitor name gives its mean under the plain name (``explore/train/episode_return``);
-    episode returns add ``_min`` and ``_max``. Profiler timers give the seconds spent per stage since
-    the last log, ``time/<stage>``.
-    """
-    returns = {name: stats for name, stats in summary.items() if name.endswith("episode_return")}
-    metrics = metrics_from_summary(summary, ("mean",))
-    metrics.update(metrics_from_summary(returns, ("mean", "min", "max")))
-    metrics.update(metrics_from_summary(timers, ("total",), prefix="time"))
-    return metrics
-
-
-def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
-    """One readable line: epoch, frames, episodic returns, speed and time left.
-
-    Args:
-        runner: the run.
-        metrics: what :meth:`Runner.log` computed (``explore/<mode>/episode_return``,
-            ``charts/frames_per_second``).
-    """
-    total, iterations = runner.number_epochs, runner.counters.iteration
-    epoch = f"epoch {runner.epoch}/{total}"
-    if iterations % runner.epoch_size:
-        epoch += f" (iteration {iterations % runner.epoch_size}/{runner.epoch_size})"
-    parts = [epoch, f"frames {runner.counters.frames:,}"]
-    for mode in ("train", "test"):
-        value = metrics.get(f"explore/{mode}/episode_return")
-        if value is not None:
-            parts.append(f"{mode} return {value:.1f}")
-    parts.append(f"{metrics.get('charts/frames_per_second', 0.0):,.0f} frames/s")
-    left = total * runner.epoch_size - iterations
-    if iterations and left > 0:
-        parts.append(f"left ~{format_duration(runner._wall_time_now() / iterations * left)}")
-    return " | ".join(parts)
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
-
-
 def _iteration_cap(max_iterations: int | None) -> int | None:
     """``max_iterations`` from params, lowered by ``$DIGIDEEP_MAX_ITERATIONS`` when that is set.
 
@@ -486,57 +436,3 @@ def _iteration_cap(max_iterations: int | None) -> int | None:
     if not cap.isdigit() or int(cap) < 1:
         raise UsageError(f"DIGIDEEP_MAX_ITERATIONS must be a positive integer, got '{cap}'")
     return int(cap) if max_iterations is None else min(int(cap), max_iterations)
-
-
-# -- randomness ---------------------------------------------------------------------------------
-def seed_everything(seed: int) -> None:
-    """Seed Python's, numpy's and torch's global generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every global RNG state (Python, numpy, torch CPU and CUDA)."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["torch_cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"].cpu())
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["torch_cuda"]])
-
-
-# -- signals ------------------------------------------------------------------------------------
-class _StopOnSignals:
-    """While active, SIGINT/SIGTERM ask the runner to stop after the iteration; a second SIGINT interrupts."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        if self.runner._stop_reason is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        log.warning("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
-        self.runner.request_stop(f"{name} received")
-
-    def __enter__(self) -> _StopOnSignals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
