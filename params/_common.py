@@ -40,6 +40,27 @@ def off_policy_args(cpanel: dict) -> dict:
     }
 
 
+def ppo_args(cpanel: dict) -> dict:
+    """PPO's arguments from its cpanel knobs (the learning-rate schedule spans the whole run)."""
+    return {
+        "lr": cpanel["lr"],
+        "n_epochs": cpanel["n_epochs"],
+        "batch_size": cpanel["batch_size"],
+        "gamma": cpanel["gamma"],
+        "gae_lambda": cpanel["gae_lambda"],
+        "clip_range": cpanel["clip_range"],
+        "clip_value_loss": cpanel["clip_value_loss"],
+        "ent_coef": cpanel["ent_coef"],
+        "vf_coef": cpanel["vf_coef"],
+        "max_grad_norm": cpanel["max_grad_norm"],
+        "anneal_lr": cpanel["anneal_lr"],
+        "anneal_clip": cpanel["anneal_clip"],
+        "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
+        "hidden_sizes": list(cpanel["hidden_sizes"]),
+        "recurrent": cpanel["recurrent"],
+    }
+
+
 def replay_memory(cpanel: dict) -> dict:
     """A Zarr-backed replay memory of ``buffer_size`` frames (rows per worker, plus the final prestep)."""
     return {

@@ -6,7 +6,7 @@ Hyperparameters: RL Baselines3 Zoo ``hyperparams/ppo.yml`` (CartPole-v1: 8 envs,
 deterministic return of 475 or better by 100,000 frames.
 """
 
-from params._common import ROLLOUT_MEMORY, tree
+from params._common import ROLLOUT_MEMORY, ppo_args, tree
 
 cpanel = {
     "model_name": "CartPole-v1",  # Gymnasium id
@@ -48,28 +48,11 @@ def gen_params(cpanel: dict) -> dict:
         "vector_wrappers": [],
         "max_episode_steps": None,
     }
-    agent_args = {
-        "lr": cpanel["lr"],
-        "n_epochs": cpanel["n_epochs"],
-        "batch_size": cpanel["batch_size"],
-        "gamma": cpanel["gamma"],
-        "gae_lambda": cpanel["gae_lambda"],
-        "clip_range": cpanel["clip_range"],
-        "clip_value_loss": cpanel["clip_value_loss"],
-        "ent_coef": cpanel["ent_coef"],
-        "vf_coef": cpanel["vf_coef"],
-        "max_grad_norm": cpanel["max_grad_norm"],
-        "anneal_lr": cpanel["anneal_lr"],
-        "anneal_clip": cpanel["anneal_clip"],
-        "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
-        "hidden_sizes": list(cpanel["hidden_sizes"]),
-        "recurrent": cpanel["recurrent"],
-    }
     return tree(
         cpanel,
         env=env,
         agent="digideep.agents.ppo.PPO",
-        agent_args=agent_args,
+        agent_args=ppo_args(cpanel),
         memory=ROLLOUT_MEMORY,
         warm_start=False,
     )
