@@ -11,8 +11,9 @@ Drivers, same params, seed and session layout, all with MLflow tracking on (a fr
 * **flow**: ``flows.train.train(params=..., cpanel=..., session_name=..., session_path=tmp)`` on
   Prefect's ephemeral server (its own ``PREFECT_HOME`` under the temporary folder, analytics off):
   every stage is one task run, 4 per iteration plus the epoch-end stages;
-* **flow-1task** (PPO only): a prototype of the fix, defined here and not shipped: the same flow with
-  one task run per iteration (explore, store, sample and update in one task).
+* **flow-1task** (PPO only): one task run per iteration (explore, store, sample and update in one
+  task), defined here; the train flow has since shipped the same grouping as ``tasks="iteration"``
+  (``Runner.schedule(per_iteration=True)``), and the figures below were taken with this prototype.
 
 Params: the shipped ``params/mujoco_sac.py`` and ``params/mujoco_ppo.py`` on HalfCheetah-v5 with
 cpanel overrides that only shorten the run (``number_epochs`` 1, a small ``epoch_size``) and, for SAC,
