@@ -153,7 +153,11 @@ def instrument_runner() -> None:
 
     original = Runner.train
 
-    def train(self: Runner, call: Callable[[str, Callable[[], Any]], Any] = call_directly) -> str:
+    def train(
+        self: Runner,
+        call: Callable[[str, Callable[[], Any]], Any] = call_directly,
+        per_iteration: bool = False,
+    ) -> str:
         record = Record()
         RECORDS.append(record)
 
@@ -183,7 +187,7 @@ def instrument_runner() -> None:
         (main, other), server = _cpu_threads(), _cpu_children()
         record.start = time.perf_counter()
         try:
-            return original(self, timed_call)
+            return original(self, timed_call, per_iteration)
         finally:
             record.end = time.perf_counter()
             main_end, other_end = _cpu_threads()
