@@ -141,11 +141,9 @@ def _train(
 
 
 def _import_flows() -> None:
-    """Make ``flows/`` (beside ``params/`` in the project folder) importable."""
-    root = str(Path.cwd())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    if not (Path(root) / "flows" / "train.py").is_file():
+    """Check that ``flows/`` is in the project folder (``_run`` put that folder on the import path)."""
+    root = Path.cwd()
+    if not (root / "flows" / "train.py").is_file():
         raise UsageError(f"no flows/train.py under {root}; run from the project folder or pass --no-prefect")
 
 

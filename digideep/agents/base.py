@@ -154,10 +154,7 @@ class AgentBase:
             numpy arrays.
         """
         with torch.inference_mode():
-            obs = self.obs.from_explorer(observations, self.device)
-            hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
-            mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
-            out = self._act(obs, hidden, mask, deterministic)
+            out = self._act(*self._inputs(observations, hidden_state, masks), deterministic)
         return _to_numpy(out)
 
     def random_action_generator(
@@ -167,11 +164,17 @@ class AgentBase:
         num_workers = np.asarray(masks).shape[0]
         with torch.inference_mode():
             actions = _uniform_actions(self.action_space, num_workers, self.device)
-            obs = self.obs.from_explorer(observations, self.device)
-            hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
-            mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
-            out = self._random_artifacts(obs, hidden, mask, actions)
+            out = self._random_artifacts(*self._inputs(observations, hidden_state, masks), actions)
         return _to_numpy(out)
+
+    def _inputs(
+        self, observations: Observations, hidden_state: np.ndarray, masks: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The Explorer's numpy inputs as float32 tensors on the agent's device: ``(obs, hidden, masks)``."""
+        obs = self.obs.from_explorer(observations, self.device)
+        hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
+        mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
+        return obs, hidden, mask
 
     def _act(
         self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool

@@ -189,13 +189,10 @@ class Runner:
 
     def log(self) -> dict[str, float]:
         """Summarise the Monitor and Profiler since the last log into metrics; send and print them."""
-        now = time.perf_counter()
-        elapsed = max(now - self._log_start, 1e-9)
-        self._log_start = now
         metrics = metrics_from_summaries(monitor.summary(), profiler.summary())
-        frames = self.counters.frames - self.counters.last_log_frames
+        metrics["charts/frames_per_second"] = self._frames_per_second()
+        self._log_start = time.perf_counter()
         self.counters.last_log_frames = self.counters.frames
-        metrics["charts/frames_per_second"] = frames / elapsed
         metrics["charts/epoch"] = float(self.epoch)
         metrics["charts/iteration"] = float(self.counters.iteration)
         if self.tracker is not None:
@@ -324,9 +321,13 @@ class Runner:
             for mode in ("train", "test")
             if (name := f"/explore/{mode}/episode_return") in summary
         }
-        elapsed = max(time.perf_counter() - self._log_start, 1e-9)
-        metrics["charts/frames_per_second"] = (self.counters.frames - self.counters.last_log_frames) / elapsed
+        metrics["charts/frames_per_second"] = self._frames_per_second()
         return progress_line(self, metrics)
+
+    def _frames_per_second(self) -> float:
+        """Train frames per second since the last log stage."""
+        elapsed = max(time.perf_counter() - self._log_start, 1e-9)
+        return (self.counters.frames - self.counters.last_log_frames) / elapsed
 
     def stage_label(self, stage: str) -> str:
         """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
