@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,12 @@ def run_env(mlflow_uri: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working folder with ``params/demo.py``, made the cwd; the ``params`` package is re-imported."""
+def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A working folder with ``params/demo.py``, made the cwd; the ``params`` package is re-imported.
+
+    Afterwards the scratch ``params`` modules are forgotten and the project's own come back, so later
+    tests import the real parameter files whatever order the tests run in.
+    """
     folder = tmp_path / "params"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
@@ -56,4 +61,6 @@ def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(sys, "path", list(sys.path))
     for name in [m for m in sys.modules if m == "params" or m.startswith("params.")]:
         monkeypatch.delitem(sys.modules, name)
-    return tmp_path
+    yield tmp_path
+    for name in [m for m in sys.modules if m == "params" or m.startswith("params.")]:
+        del sys.modules[name]  # monkeypatch then restores the project's modules that were loaded
