@@ -393,7 +393,7 @@ class Runner:
             UsageError: a checkpoint file is missing, damaged, of another version, or names a class
                 that does not exist.
         """
-        info, states = load_checkpoint(path, map_location=session.device)
+        info, states = load_checkpoint(path)
         components.check_classes(info, path)
         runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
         if "train" in modes:

@@ -1,7 +1,6 @@
 """Two-file checkpoints: atomic writes, discovery, retention and clear errors for damaged files."""
 
 import json
-import pickle
 import zipfile
 
 import numpy as np
@@ -45,7 +44,7 @@ def test_no_temporary_folder_is_left_and_leftovers_are_cleaned(tmp_path):
 
 
 def test_a_failing_save_leaves_nothing(tmp_path):
-    with pytest.raises((pickle.PicklingError, AttributeError)):
+    with pytest.raises(TypeError, match=r"cannot save a value of type builtins\.function"):
         ckpt.save_checkpoint(tmp_path, 2, info(2), {"bad": lambda: None})
     assert list(tmp_path.iterdir()) == []
 
@@ -105,5 +104,5 @@ def test_incompatible_version_is_named(tmp_path):
     data = json.loads(saved.runner_file.read_text())
     data["format_version"] = 99
     saved.runner_file.write_text(json.dumps(data))
-    with pytest.raises(UsageError, match=r"has format version 99 .* reads version 1"):
+    with pytest.raises(UsageError, match=r"has format version 99 .* reads versions 1 and 2"):
         ckpt.load_checkpoint(saved.path)
