@@ -4,15 +4,11 @@
 dicts only. :func:`encode` turns the other values a ``state_dict()`` may hold into tagged dicts,
 ``{"__codec__": <kind>, ...}``, built from those types; :func:`decode` turns them back:
 
-============================  =========================================================
-live value                    encoded
-============================  =========================================================
-numpy array                   ``{"__codec__": "ndarray", "data": tensor, "dtype", "shape"}``
-numpy scalar (``np.float32``) ``{"__codec__": "npscalar", "data": 0-d tensor, "dtype"}``
-``collections.deque``         ``{"__codec__": "deque", "items": [...], "maxlen": n}``
-``numpy.random.Generator``    ``{"__codec__": "generator", "state": bit_generator.state}``
-Gymnasium ``RunningMeanStd``  ``{"__codec__": "rms", "mean", "var", "count"}``
-============================  =========================================================
+- numpy array: ``{"__codec__": "ndarray", "data": tensor, "dtype": "<f4", "shape": [...]}``;
+- numpy scalar (``np.float32(1.5)``): ``{"__codec__": "npscalar", "data": 0-d tensor, "dtype"}``;
+- ``collections.deque``: ``{"__codec__": "deque", "items": [...], "maxlen": n}``;
+- ``numpy.random.Generator``: ``{"__codec__": "generator", "state": bit_generator.state}``;
+- Gymnasium's ``RunningMeanStd``: ``{"__codec__": "rms", "mean", "var", "count"}``.
 
 Tensors stay tensors and numpy arrays come back as numpy arrays: the tag, not the place in the
 tree, says which is which. Dicts, lists and tuples are walked. Both functions are idempotent on
