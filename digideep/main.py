@@ -4,6 +4,7 @@
 
     python -m digideep.main --params params.pendulum_sac [--cpanel JSON] [--session-name N]
                             [--session-path P] [--log-level L] [--no-prefect]
+                            [--device auto|cpu|cuda|cuda:N] [--deterministic]
     python -m digideep.main --resume SESSION
     python -m digideep.main --play --load-checkpoint PATH
 
@@ -12,7 +13,8 @@
     digideep play CHECKPOINT [--video]
     digideep runs [compare RUN ...]
 
-Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
+``--device`` and ``--deterministic`` work with every command but ``runs`` (see
+:mod:`digideep.pipeline.devices`). Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
 with code 2, before anything is written to disk.
 """
 
@@ -20,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from digideep.errors import UsageError
+from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
 from digideep.pipeline.params import resolve_params
 from digideep.pipeline.session import DEFAULT_ROOT
 
@@ -67,6 +72,17 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="console log level (default: INFO)",
+    )
+    parser.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="auto, cpu, cuda or cuda:N for every agent; overrides session.device of the params "
+        "(default: auto, which puts off-policy and CNN agents on CUDA and small on-policy MLPs on the CPU)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic algorithms (repeatable runs on one GPU, at some cost in speed)",
     )
 
 
@@ -230,13 +246,40 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     if str(Path.cwd()) not in sys.path:  # as `python -m` does: params, flows and agents of the project import
         sys.path.insert(0, str(Path.cwd()))
     try:
-        return func(args)
+        with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
+            return func(args)
     except UsageError as error:
         print(f"digideep: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("digideep: interrupted", file=sys.stderr)
         return 130
+
+
+@contextmanager
+def _device_options(device: str | None, deterministic: bool) -> Iterator[None]:
+    """Check ``--device`` and hand it and ``--deterministic`` to the run through the environment.
+
+    The Session and the Runner read ``$DIGIDEEP_DEVICE`` and ``$DIGIDEEP_DETERMINISTIC`` (the Prefect
+    flow runs in this process, so both drivers see them); the previous values come back afterwards.
+
+    Raises:
+        UsageError: ``device`` is malformed or does not exist here (before anything touches disk).
+    """
+    if device is not None:
+        check_device(device)
+    chosen = {DEVICE_ENV: device, DETERMINISTIC_ENV: "1" if deterministic else None}
+    before = {name: os.environ.get(name) for name, value in chosen.items() if value is not None}
+    for name in before:
+        os.environ[name] = str(chosen[name])
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -79,7 +79,8 @@ def tree(cpanel: dict, *, env: dict, agent: str, agent_args: dict, memory: dict,
     Args:
         cpanel: the knobs (``seed``, ``number_epochs``, ``epoch_size``, ``n_steps``, ``num_workers``,
             ``save_interval``, ``test_interval``, ``test_win_size``, ``test_episodes``,
-            ``torch_threads``; ``learning_starts`` with ``warm_start``).
+            ``torch_threads``; ``learning_starts`` with ``warm_start``; optional ``device`` and
+            ``deterministic``, see ``digideep.pipeline.devices``).
         env: ``MakeEnvironment`` arguments.
         agent: the agent's class path, e.g. ``digideep.agents.sac.SAC``.
         agent_args: its keyword arguments.
@@ -92,7 +93,11 @@ def tree(cpanel: dict, *, env: dict, agent: str, agent_args: dict, memory: dict,
         train["warm_start"] = -(-cpanel["learning_starts"] // num_workers)
     deterministic = {"num_workers": 1, "n_steps": None, "do_reset": True, "deterministic": True}
     return {
-        "session": {"torch_threads": cpanel["torch_threads"]},
+        "session": {
+            "torch_threads": cpanel["torch_threads"],
+            # optional knobs: "auto" | "cpu" | "cuda" | "cuda:N", and repeatable GPU runs
+            **{key: cpanel[key] for key in ("device", "deterministic") if key in cpanel},
+        },
         "runner": {
             "number_epochs": cpanel["number_epochs"],
             "epoch_size": cpanel["epoch_size"],

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import DEVICES
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -64,3 +66,9 @@ def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield tmp_path
     for name in [m for m in sys.modules if m == "params" or m.startswith("params.")]:
         del sys.modules[name]  # monkeypatch then restores the project's modules that were loaded
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    """Each available device in turn: ``"cpu"``, and ``"cuda"`` where there is one (skipped elsewhere)."""
+    return request.param

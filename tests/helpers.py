@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="needs a CUDA device"))]
+"""Devices a device-aware test runs on: the CPU always, CUDA where this machine has it."""
+
+
+def device_args(device: str) -> list[str]:
+    """Command-line options that run on ``device``; CUDA runs deterministic, so that they repeat."""
+    return ["--device", device, *(["--deterministic"] if device.startswith("cuda") else [])]
 
 
 def assert_same_tensors(a: Any, b: Any, where: str = "") -> None:

@@ -99,7 +99,8 @@ class AgentBase:
 
     Args:
         name: the agent's name, used in trajectory keys (``/agents/<name>/actions``).
-        session: the running session; only ``session.device`` is used here.
+        session: the running session; its ``device_for(agent, observation_space)`` picks the agent's
+            device (objects without it: ``session.device``; None: the CPU).
         observation_space: the single-environment observation space.
         action_space: this agent's own action space.
         **params: the agent's slice of the params tree; subclasses take typed keywords.
@@ -122,9 +123,14 @@ class AgentBase:
             )
         self.name = name
         self.session = session
-        self.device = torch.device(getattr(session, "device", "cpu"))
         self.observation_space = observation_space
         self.action_space = action_space
+        device_for = getattr(session, "device_for", None)  # a Session picks per agent (device auto)
+        self.device = (
+            device_for(self, observation_space)
+            if callable(device_for)
+            else torch.device(getattr(session, "device", "cpu"))
+        )
         self.obs = ObservationAdapter(observation_space)
         self.updates = 0  # gradient steps made
         self.iterations = 0  # update() calls that made gradient steps
@@ -219,7 +225,11 @@ class AgentBase:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (tensors move to this agent's device)."""
+        """Restore what :meth:`state_dict` returned, from tensors on any device (checkpoints load on the CPU).
+
+        Modules copy each tensor into their parameters, wherever those live; torch's optimizers cast
+        their state to the device of its parameter; noise processes move their state themselves.
+        """
         for name, obj in self._stateful().items():
             if obj is None:
                 continue

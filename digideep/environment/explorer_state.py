@@ -1,8 +1,8 @@
 """The Explorer's checkpointable state: counters, current step, normalisers and the workers' envs.
 
 Kept apart from :mod:`digideep.environment.explorer` so that the stepping loop stays short. Every
-state dict here holds tensors, numbers, strings, lists and dicts only, so it loads with
-``torch.load(..., weights_only=True)``.
+state dict here is encoded with :mod:`digideep.utility.codec` (tensors, numbers, strings, lists,
+tuples and dicts only), so it loads with ``torch.load(..., weights_only=True)``.
 
 Copying normaliser statistics from the train explorer into a test explorer (the Runner does this
 before every test)::
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from digideep.environment.wrappers.saveable import from_saveable, to_saveable
+from digideep.utility.codec import decode, encode
 
 __all__ = ["ExplorerStateMixin"]
 
@@ -95,9 +95,9 @@ class ExplorerStateMixin:
             },
             "num_workers": self.num_workers,
             "seeded": self._seeded,
-            "observations": to_saveable(self._obs),
-            "masks": to_saveable(self._masks),
-            "hidden_state": to_saveable(self._hidden),
+            "observations": encode(self._obs),
+            "masks": encode(self._masks),
+            "hidden_state": encode(self._hidden),
             "wrappers": {key: w.state_dict() for key, w in self._stateful_wrappers()},
             "envs": list(self.envs.unwrapped.call("capture_state")) if self._capturable() else None,
         }
@@ -132,10 +132,10 @@ class ExplorerStateMixin:
             base.set_attr("pending_state", list(state["envs"]))
             restored = all(base.call("apply_pending_state"))
         if restored:
-            self._obs = from_saveable(state["observations"])
-            masks = from_saveable(state["masks"])
+            self._obs = decode(state["observations"])
+            masks = decode(state["masks"])
             self._masks = self._ones if np.all(masks == 1.0) else masks
-            self._hidden = {n: from_saveable(h) for n, h in state["hidden_state"].items()}
+            self._hidden = {n: decode(h) for n, h in state["hidden_state"].items()}
             self.was_reset = bool(counters["was_reset"])
         else:
             log.warning(

@@ -5,8 +5,10 @@ A checkpoint is the folder ``<session>/checkpoints/checkpoint-<iteration>/``:
 - ``runner.json``: the resolved params tree, the counters, the class paths of the agents and memories,
   and the versions of the checkpoint format, digideep and torch. JSON, so loading never runs code.
 - ``states.pt``: the nested ``state_dict()`` of runner, agents, explorers, memories, the Monitor's
-  windows and every RNG state, saved with ``torch.save`` and loaded with ``weights_only=True``
-  (numpy arrays are stored as tagged tensors, see :func:`encode_states`).
+  windows and every RNG state, encoded with :mod:`digideep.utility.codec` (numpy arrays, generators
+  and the like become tagged tensors and dicts), saved with ``torch.save`` and loaded on the CPU with
+  ``weights_only=True``. Networks and optimizer states reach their device through
+  ``load_state_dict``, so a checkpoint written on a GPU loads on a CPU-only machine and the reverse.
 
 Both files are written into a hidden temporary folder in ``checkpoints/``, flushed to disk and the
 folder is renamed into place, so a checkpoint folder either is complete or does not exist; a crash
@@ -26,19 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from digideep import __version__
 from digideep.errors import UsageError
+from digideep.utility.codec import decode, decode_v1, encode
 from digideep.utility.files import fsync_dir
 
 __all__ = [
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "Checkpoint",
     "apply_retention",
-    "decode_states",
-    "encode_states",
     "find_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
@@ -47,8 +48,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-"""Raised whenever the layout of runner.json or states.pt changes incompatibly."""
+FORMAT_VERSION = 2
+"""Raised whenever the layout of runner.json or states.pt changes incompatibly.
+
+1: numpy arrays tagged ``__numpy__`` by the checkpoint, environment-side states with their own tags
+and bare tensors for arrays. 2: one codec (:mod:`digideep.utility.codec`) for the whole tree.
+"""
+READABLE_VERSIONS = (1, 2)
+"""Format versions this digideep loads (version 1 is converted on load)."""
 
 RUNNER_FILE = "runner.json"
 STATES_FILE = "states.pt"
@@ -71,49 +78,6 @@ class Checkpoint:
         return self.path / STATES_FILE
 
 
-_NUMPY_TAG = "__numpy__"
-
-
-def encode_states(value: Any) -> Any:
-    """Make nested states loadable with ``torch.load(weights_only=True)``.
-
-    That loader refuses numpy objects, so numpy arrays become ``{"__numpy__": tensor, "dtype": str}``
-    (or a nested list for dtypes torch lacks) and numpy scalars become Python numbers. Dicts, lists
-    and tuples are walked; tensors and plain values pass unchanged. :func:`decode_states` undoes it.
-    """
-    if isinstance(value, np.ndarray):
-        array = np.ascontiguousarray(value)
-        try:
-            data: Any = torch.from_numpy(array.copy())
-        except TypeError:  # e.g. strings, objects
-            data = array.tolist()
-        return {_NUMPY_TAG: data, "dtype": array.dtype.str, "shape": list(value.shape)}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {key: encode_states(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [encode_states(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(encode_states(item) for item in value)
-    return value
-
-
-def decode_states(value: Any) -> Any:
-    """Inverse of :func:`encode_states`: tagged entries become numpy arrays again."""
-    if isinstance(value, dict):
-        if _NUMPY_TAG in value:
-            data = value[_NUMPY_TAG]
-            array = data.numpy() if isinstance(data, torch.Tensor) else np.array(data)
-            return array.astype(np.dtype(value["dtype"]), copy=False).reshape(value["shape"])
-        return {key: decode_states(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [decode_states(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(decode_states(item) for item in value)
-    return value
-
-
 def save_checkpoint(
     folder: Path, iteration: int, runner_info: dict[str, Any], states: dict[str, Any]
 ) -> Checkpoint:
@@ -123,8 +87,12 @@ def save_checkpoint(
         folder: the session's ``checkpoints/`` folder.
         iteration: the iteration the checkpoint was taken after.
         runner_info: JSON-serialisable description of the Runner (params, counters, classes).
-        states: nested state dicts (tensors, arrays, numbers, strings, lists, dicts).
+        states: nested state dicts (what :func:`digideep.utility.codec.encode` accepts).
+
+    Raises:
+        TypeError: ``states`` holds a value the codec cannot save (nothing is written).
     """
+    encoded = encode(states)  # an unsavable value fails here, before anything is written
     _remove_leftovers(folder)
     final = folder / f"checkpoint-{iteration}"
     tmp = folder / f".tmp-checkpoint-{iteration}-{os.getpid()}"
@@ -143,7 +111,7 @@ def save_checkpoint(
             file.flush()
             os.fsync(file.fileno())
         with open(tmp / STATES_FILE, "wb") as file:
-            torch.save(encode_states(states), file)
+            torch.save(encoded, file)
             file.flush()
             os.fsync(file.fileno())
         fsync_dir(tmp)
@@ -218,10 +186,11 @@ def read_runner_info(path: Path) -> dict[str, Any]:
         raise UsageError(f"checkpoint file '{runner_file}' is damaged (not valid JSON: {error})") from None
     if not isinstance(info, dict) or "format_version" not in info:
         raise UsageError(f"checkpoint file '{runner_file}' is not a digideep runner.json (no format_version)")
-    if info["format_version"] != FORMAT_VERSION:
+    if info["format_version"] not in READABLE_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_VERSIONS)
         raise UsageError(
             f"checkpoint file '{runner_file}' has format version {info['format_version']} "
-            f"(digideep {info.get('digideep_version', '?')}); this digideep {__version__} reads version {FORMAT_VERSION}"
+            f"(digideep {info.get('digideep_version', '?')}); this digideep {__version__} reads versions {readable}"
         )
     for field in ("params", "iteration"):
         if field not in info:
@@ -231,13 +200,13 @@ def read_runner_info(path: Path) -> dict[str, Any]:
     return info
 
 
-def load_checkpoint(
-    path: Path, map_location: str | torch.device = "cpu"
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read both files of a checkpoint: ``(runner_info, states)``.
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read both files of a checkpoint: ``(runner_info, states)``, every tensor on the CPU.
 
     ``states.pt`` is loaded with ``weights_only=True``: a checkpoint can hold tensors, arrays and
-    plain containers, never code.
+    plain containers, never code. It is always read with ``map_location="cpu"``, wherever it was
+    written: numpy, RNG and pointer states stay on the CPU, and each ``load_state_dict`` moves
+    network and optimizer tensors to its own device. A version 1 checkpoint is converted.
 
     Raises:
         UsageError: a file is missing, truncated, damaged or of an incompatible version.
@@ -247,10 +216,22 @@ def load_checkpoint(
     if not states_file.is_file():
         raise UsageError(f"checkpoint file '{states_file}' is missing; the checkpoint is incomplete")
     try:
-        states = torch.load(states_file, map_location=map_location, weights_only=True)
+        states = torch.load(states_file, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(f"checkpoint file '{states_file}' is damaged or truncated ({first_line})") from None
     if not isinstance(states, dict):
         raise UsageError(f"checkpoint file '{states_file}' does not hold a dict of states")
-    return info, decode_states(states)
+    if info["format_version"] == 1:
+        return info, _upgrade_v1(states)
+    return info, decode(states)
+
+
+def _upgrade_v1(states: dict[str, Any]) -> dict[str, Any]:
+    """Decode a format 1 ``states.pt``: explorer states stored numpy arrays as bare tensors."""
+    explorers = states.get("explorers", {})
+    decoded = decode_v1({key: value for key, value in states.items() if key != "explorers"})
+    decoded["explorers"] = {
+        mode: decode_v1(state, tensors_are_arrays=True) for mode, state in explorers.items()
+    }
+    return decoded

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,4 +174,23 @@ def resolve_params(
         raise UsageError(
             f"gen_params() of '{module.__name__}' returned {type(params).__name__}, expected dict"
         )
+    _check_session_device(module.__name__, params)
     return ResolvedParams(module=module.__name__, cpanel=cpanel, params=params)
+
+
+def _check_session_device(module: str, params: dict[str, Any]) -> None:
+    """Check ``session.device`` of the params tree unless ``--device`` overrides it.
+
+    Raises:
+        UsageError: the device is malformed or does not exist on this machine.
+    """
+    from digideep.pipeline.devices import DEVICE_ENV, check_device
+
+    session = params.get("session")
+    device = session.get("device") if isinstance(session, dict) else None
+    if device is None or os.environ.get(DEVICE_ENV):
+        return
+    try:
+        check_device(device)
+    except UsageError as error:
+        raise UsageError(f"session.device of '{module}': {error}") from None

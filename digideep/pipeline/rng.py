@@ -25,7 +25,8 @@ def rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # a process that never used CUDA has the seeded CUDA generators; a resume seeds them again
         state["torch_cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -35,4 +36,5 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
     if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["torch_cuda"]])
+        saved = state["torch_cuda"][: torch.cuda.device_count()]  # resumed on fewer GPUs: those there are
+        torch.cuda.set_rng_state_all([s.cpu() for s in saved])

@@ -39,6 +39,7 @@ from digideep.pipeline.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.reporting import metrics_from_summaries, progress_line
 from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
@@ -108,6 +109,9 @@ class Runner:
         self.stats_interval: float = settings.get(
             "stats_interval", 5.0
         )  # seconds between CPU/GPU samples; 0: off
+        device_settings = params.get("session", {})
+        session.configure_device(device_settings.get("device"))  # before any agent picks its device
+        configure_determinism(requested_determinism(device_settings.get("deterministic")))
         seed_everything(self.seed)
 
         self.counters = Counters()
@@ -388,12 +392,15 @@ class Runner:
         """Rebuild a Runner from a checkpoint folder and restore its state exactly.
 
         ``params`` replaces the checkpoint's params tree (play uses it to set up the eval explorer).
+        The states are read on the CPU wherever they were written; each agent's ``load_state_dict``
+        moves its networks and optimizers to the agent's device, so a checkpoint written on a GPU
+        resumes and plays on the CPU and the reverse.
 
         Raises:
             UsageError: a checkpoint file is missing, damaged, of another version, or names a class
                 that does not exist.
         """
-        info, states = load_checkpoint(path, map_location=session.device)
+        info, states = load_checkpoint(path)
         components.check_classes(info, path)
         runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
         if "train" in modes:

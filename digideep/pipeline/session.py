@@ -31,6 +31,7 @@ import torch
 
 from digideep import __version__
 from digideep.errors import UsageError
+from digideep.pipeline.devices import agent_device, default_device, requested_device
 from digideep.utility.files import atomic_write_json
 
 __all__ = ["Session", "default_session_name"]
@@ -55,13 +56,15 @@ class Session:
         params_name: the parameter module's name, used for generated names.
         resume: open an existing session instead of creating a new one.
         torch_threads: ``torch.set_num_threads`` value, when given.
-        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; None takes ``session.device`` from
+            the params (:meth:`configure_device`), else auto. ``--device`` (``$DIGIDEEP_DEVICE``)
+            wins over both. See :mod:`digideep.pipeline.devices`.
         lock: take the session's lock and copy the log into it. ``False`` opens an existing
             session for reading (playing a checkpoint while training goes on).
 
     Raises:
         UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
-            True), or is locked by a live process.
+            True), is locked by a live process, or the device does not exist here.
     """
 
     def __init__(
@@ -72,9 +75,11 @@ class Session:
         *,
         resume: bool = False,
         torch_threads: int | None = None,
-        device: str = "auto",
+        device: str | None = None,
         lock: bool = True,
     ) -> None:
+        self._device_arg = device
+        self.device_request: str = requested_device(device, None)  # checked before touching disk
         self.name = name or default_session_name(params_name)
         self.path = Path(root) / self.name
         if resume and not self.path.is_dir():
@@ -98,10 +103,30 @@ class Session:
             folder.mkdir(exist_ok=True)
         if lock:
             self._attach_log_file()
-        self.device = _pick_device(device)
         if torch_threads:
             torch.set_num_threads(torch_threads)
-        log.info("session %s on %s (%s)", self.path, self.device, "resumed" if resume else "new")
+        log.info("session %s (%s), device %s", self.path, "resumed" if resume else "new", self.device_request)
+
+    # -- device --------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """The requested device; under ``auto`` the first CUDA device when there is one, else the CPU.
+
+        Agents ask :meth:`device_for` instead: under ``auto`` an on-policy MLP agent stays on the CPU.
+        """
+        return default_device(self.device_request)
+
+    def configure_device(self, params_device: str | None) -> None:
+        """Take ``session.device`` of the params tree unless ``--device`` or the constructor chose.
+
+        Raises:
+            UsageError: the device does not exist on this machine.
+        """
+        self.device_request = requested_device(self._device_arg, params_device)
+
+    def device_for(self, agent: Any, observation_space: Any) -> torch.device:
+        """The device of ``agent`` (logged with the reason), see :mod:`digideep.pipeline.devices`."""
+        return agent_device(agent, observation_space, self.device_request)
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -237,11 +262,3 @@ def _remove_empty_tree(path: Path) -> None:
         else:
             return
     path.rmdir()
-
-
-def _pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"device '{device}' requested but CUDA is not available; use 'cpu' or 'auto'")
-    return torch.device(device)

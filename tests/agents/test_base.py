@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -45,22 +47,24 @@ def test_box_scaler_maps_bounds_to_unit_interval() -> None:
 
 
 def test_data_parallel_policy_saves_plain_names_and_loads_both_ways() -> None:
+    # DataParallel needs its module on the first GPU where there is one, and runs it in place elsewhere
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    plain = SACPolicy(3, 2, [8])
-    wrapped = SACPolicy(3, 2, [8])
+    plain = SACPolicy(3, 2, [8]).to(device)
+    wrapped = SACPolicy(3, 2, [8]).to(device)
     wrapped.parallelize(["actor", "critic", "critic_target"], force=True)
     assert isinstance(wrapped.actor, torch.nn.DataParallel)
     state = wrapped.state_dict()
     assert set(state) == set(plain.state_dict()) and not any("module." in k for k in state)
     plain.load_state_dict(state)
-    wrapped.load_state_dict(plain.state_dict())
-    obs = torch.randn(4, 3)
-    out_plain = plain.generate_actions(obs, torch.zeros(4, 1), torch.ones(4, 1), deterministic=True)
-    out_wrapped = wrapped.generate_actions(obs, torch.zeros(4, 1), torch.ones(4, 1), deterministic=True)
+    wrapped.load_state_dict({k: v.cpu() for k, v in plain.state_dict().items()})  # as a checkpoint loads
+    obs = torch.randn(4, 3, device=device)
+    hidden, masks = torch.zeros(4, 1, device=device), torch.ones(4, 1, device=device)
+    out_plain = plain.generate_actions(obs, hidden, masks, deterministic=True)
+    out_wrapped = wrapped.generate_actions(obs, hidden, masks, deterministic=True)
     torch.testing.assert_close(out_plain["actions"], out_wrapped["actions"])
-    torch.testing.assert_close(
-        plain.q_values(obs, torch.zeros(4, 2)), wrapped.q_values(obs, torch.zeros(4, 2))
-    )
+    actions = torch.zeros(4, 2, device=device)
+    torch.testing.assert_close(plain.q_values(obs, actions), wrapped.q_values(obs, actions))
 
 
 def test_metric_accumulator_means_every_name_once() -> None:
@@ -93,3 +97,47 @@ def test_bfloat16_update_keeps_float32_weights_and_finite_losses() -> None:
     metrics = agent.update(batch)
     assert all(np.isfinite(v) for v in metrics.values()) and agent.updates == 4
     assert all(p.dtype == torch.float32 for p in agent.policy.parameters())
+
+
+def test_a_state_saved_on_the_cpu_loads_onto_the_agents_device(device) -> None:
+    """Networks and optimizer states reach the agent's device through ``load_state_dict``."""
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    act_space = gym.spaces.Box(-2, 2, (1,), np.float32)
+    on_device = SimpleNamespace(device=torch.device(device))
+    torch.manual_seed(0)
+    trained = SAC("agent", on_device, obs_space, act_space, hidden_sizes=[16], batch_size=8)
+    rng = np.random.default_rng(0)
+    trained.update(
+        {
+            "/observations": rng.standard_normal((2, 8, 3)).astype(np.float32),
+            "/next_observations": rng.standard_normal((2, 8, 3)).astype(np.float32),
+            "/agents/agent/actions": rng.uniform(-2, 2, (2, 8, 1)).astype(np.float32),
+            "/rewards": rng.standard_normal((2, 8, 1)).astype(np.float32),
+            "/terminals": np.zeros((2, 8, 1), np.float32),
+        }
+    )
+    state = trained.state_dict()
+    assert all(t.device.type == "cpu" for t in _tensors(state))  # what a checkpoint holds
+    fresh = SAC("agent", on_device, obs_space, act_space, hidden_sizes=[16], batch_size=8)
+    fresh.load_state_dict(state)
+    for name, tensor in fresh.policy.state_dict().items():
+        assert tensor.device.type == device and torch.equal(tensor.cpu(), state["policy"][name]), name
+    moments = [
+        value
+        for per_param in fresh.critic_optimizer.state.values()
+        for key, value in per_param.items()
+        if key != "step"
+    ]
+    assert moments and all(m.device.type == device for m in moments)
+    assert fresh.updates == trained.updates == 2
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)

@@ -20,7 +20,7 @@ from mlflow import MlflowClient
 from digideep.memory import Memory
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from tests.conftest import REPO
-from tests.helpers import assert_same_tensors
+from tests.helpers import assert_same_tensors, device_args
 
 SMALL_SAC = {
     "number_epochs": 4,
@@ -37,14 +37,15 @@ SMALL_SAC = {
 HALFCHEETAH = {**SMALL_SAC, "model_name": "HalfCheetah-v5", "n_steps": 20, "learning_starts": 20}
 
 
-def train_command(root: Path, name: str, params: str, cpanel: dict) -> list[str]:
+def train_command(root: Path, name: str, params: str, cpanel: dict, device: str = "cpu") -> list[str]:
     return [
         sys.executable, "-m", "digideep.main", "--params", params, "--no-prefect",
         "--session-path", str(root), "--session-name", name, "--cpanel", json.dumps(cpanel),
+        *device_args(device),
     ]  # fmt: skip
 
 
-def resume_command(root: Path, name: str) -> list[str]:
+def resume_command(root: Path, name: str, device: str = "cpu") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -54,6 +55,7 @@ def resume_command(root: Path, name: str) -> list[str]:
         "--session-path",
         str(root),
         "--no-prefect",
+        *device_args(device),
     ]
 
 
@@ -94,13 +96,13 @@ def final_state(root: Path, name: str) -> tuple[dict, dict]:
     [("params.pendulum_sac", SMALL_SAC), ("params.mujoco_sac", HALFCHEETAH)],
     ids=["Pendulum-v1", "HalfCheetah-v5"],
 )
-def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_env, params, cpanel):
-    run(train_command(tmp_path, "straight", params, cpanel), run_env)
+def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_env, params, cpanel, device):
+    run(train_command(tmp_path, "straight", params, cpanel, device), run_env)
 
-    interrupted = train_command(tmp_path, "killed", params, cpanel)
+    interrupted = train_command(tmp_path, "killed", params, cpanel, device)
     kill_after_checkpoint(interrupted, run_env, tmp_path / "killed" / "checkpoints", count=2)
     assert not (tmp_path / "killed" / "done.json").exists(), "the run finished before it could be killed"
-    run(resume_command(tmp_path, "killed"), run_env)
+    run(resume_command(tmp_path, "killed", device), run_env)
 
     straight_states, straight_memory = final_state(tmp_path, "straight")
     killed_states, killed_memory = final_state(tmp_path, "killed")

@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from digideep.main import cli, main
 from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
+from digideep.pipeline.devices import available_devices
+from digideep.utility.stats import gpu_handles
 from tests.conftest import REPO
+from tests.helpers import CUDA, device_args
 from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_command
 
 CRASH_IN_SECOND_SAVE = textwrap.dedent(
@@ -48,8 +52,8 @@ def fingerprint(folder: Path) -> dict[str, str]:
     }
 
 
-def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp_path, run_env):
-    command = train_command(tmp_path, "s", "params.pendulum_sac", SMALL_SAC)
+def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp_path, run_env, device):
+    command = train_command(tmp_path, "s", "params.pendulum_sac", SMALL_SAC, device)
     crashed = subprocess.run(
         [sys.executable, "-c", CRASH_IN_SECOND_SAVE, *command[3:]],
         cwd=REPO,
@@ -65,7 +69,7 @@ def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp
     )
     load_checkpoint(latest_checkpoint(checkpoints).path)  # the newest complete checkpoint loads
 
-    run(resume_command(tmp_path, "s"), run_env)
+    run(resume_command(tmp_path, "s", device), run_env)
     assert not list(checkpoints.glob(".tmp-checkpoint-*"))
     assert (tmp_path / "s" / "done.json").exists()
     info, _ = load_checkpoint(latest_checkpoint(checkpoints).path)
@@ -175,12 +179,14 @@ def test_bad_checkpoints_give_one_line_exit_2_and_change_nothing(
     assert after == before
 
 
-def test_play_with_video_writes_mp4s_and_attaches_them_to_the_mlflow_run(tmp_path, trained, mlflow_uri):
+def test_play_with_video_writes_mp4s_and_attaches_them_to_the_mlflow_run(
+    tmp_path, trained, mlflow_uri, device
+):
     session = tmp_path / "s"
     subprocess.run(["cp", "-r", str(trained), str(session)], check=True)
     checkpoint = latest_checkpoint(session / "checkpoints").path
     environment = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri}
-    args = ["play", str(checkpoint), "--episodes", "2", "--video"]
+    args = ["play", str(checkpoint), "--episodes", "2", "--video", *device_args(device)]
     result = subprocess.run(
         [sys.executable, "-c", "from digideep.main import cli; raise SystemExit(cli())", *args],
         cwd=REPO, env=environment, capture_output=True, text=True, timeout=300,
@@ -197,3 +203,75 @@ def test_play_with_video_writes_mp4s_and_attaches_them_to_the_mlflow_run(tmp_pat
     run_id = json.loads((session / "session.json").read_text())["mlflow_run_id"]
     logged = MlflowClient(mlflow_uri).list_artifacts(run_id, f"videos/{folders[0].name}")
     assert sorted(Path(a.path).name for a in logged) == [v.name for v in videos]
+
+
+CROSSING = [
+    pytest.param(saved, loaded, marks=pytest.mark.skipif(not CUDA, reason="needs a CUDA device"))
+    for saved, loaded in (("cpu", "cuda"), ("cuda", "cpu"))
+]
+
+
+@pytest.mark.parametrize(("saved_on", "loaded_on"), CROSSING)
+def test_a_checkpoint_resumes_and_plays_on_another_device(tmp_path, run_env, saved_on, loaded_on):
+    stop_early = {**run_env, "DIGIDEEP_MAX_ITERATIONS": "4"}
+    run(train_command(tmp_path, "s", "params.pendulum_sac", SMALL_SAC, saved_on), stop_early)
+    written = latest_checkpoint(tmp_path / "s" / "checkpoints").path
+    run(resume_command(tmp_path, "s", loaded_on), run_env)
+    log = (tmp_path / "s" / "log.txt").read_text()
+    assert f"agent 'agent' (SAC) on {saved_on}" in log and f"agent 'agent' (SAC) on {loaded_on}" in log
+    info, _ = load_checkpoint(latest_checkpoint(tmp_path / "s" / "checkpoints").path)
+    assert info["counters"]["iteration"] == 8
+    play = [sys.executable, "-m", "digideep.main", "--play", "--load-checkpoint", str(written)]
+    played = run([*play, *device_args(loaded_on)], run_env)
+    assert "mean return" in played.stdout
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        pytest.param("cuda", "has no usable CUDA device", marks=pytest.mark.skipif(CUDA, reason="has CUDA")),
+        ("cuda:99", "does not exist; devices here: " if CUDA else "has no usable CUDA device"),
+        ("gpu", "is not one of auto, cpu, cuda, cuda:N"),
+    ],
+)
+@pytest.mark.parametrize("command", ["main", "train", "resume", "play"])
+def test_a_device_that_does_not_exist_gives_one_line_exit_2_and_writes_nothing(
+    tmp_path, capsys, device, message, command
+):
+    root = ["--session-path", str(tmp_path / "sessions")]
+    argv = {
+        "main": ["--params", "params.pendulum_sac", "--no-prefect", *root, "--device", device],
+        "train": ["train", "--params", "params.pendulum_sac", "--no-prefect", *root, "--device", device],
+        "resume": ["resume", "s", *root, "--device", device],
+        "play": ["play", str(tmp_path / "checkpoint-1"), "--device", device],
+    }[command]
+    code = main(argv) if command == "main" else cli(argv)
+    assert code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"digideep: error: device '{device}' ") and message in last
+    if message != "is not one of auto, cpu, cuda, cuda:N":
+        assert "devices here: " + ", ".join(available_devices()) in last
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not CUDA or not gpu_handles(), reason="needs a CUDA device with NVML")
+def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatch):
+    from mlflow import MlflowClient
+
+    from digideep.pipeline.runner import Runner
+    from digideep.pipeline.session import Session
+    from digideep.pipeline.training import RunHandle, run_training
+    from digideep.tracking.tracker import open_tracker
+    from tests.agents.runner_setup import shipped_params
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    params = shipped_params("pendulum_sac", **SMALL_SAC)
+    params["runner"]["stats_interval"] = 0.05  # seconds between samples: several in a short run
+    params["tracking"] = {"enabled": True}
+    session = Session(root=tmp_path, name="s", device="cuda")
+    session.write_params("params.pendulum_sac", SMALL_SAC, params)
+    tracker = open_tracker(session, params, SMALL_SAC)
+    run_training(RunHandle(session, Runner(session, params, tracker=tracker), tracker, None))
+    run_id = json.loads((tmp_path / "s" / "session.json").read_text())["mlflow_run_id"]
+    names = set(MlflowClient(mlflow_uri).get_run(run_id).data.metrics)
+    assert {"system/gpu0/util_percent", "system/gpu0/mem_used_gb"} <= names, sorted(names)
