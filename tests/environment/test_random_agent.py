@@ -90,7 +90,7 @@ def test_saveable_encoding_round_trips_through_weights_only_load() -> None:
         "flag": True,
     }
     encoded = weights_only_round_trip(to_saveable(value))
-    assert isinstance(encoded["array"], torch.Tensor)
+    assert isinstance(encoded["array"]["data"], torch.Tensor)  # the codec tags arrays; the data is a tensor
     decoded = from_saveable(encoded)
     np.testing.assert_array_equal(decoded["array"], value["array"])
     assert decoded["array"].dtype == np.int32
