@@ -16,12 +16,8 @@ state: ``anchor`` (the pointers of the newest checkpoint, or null), ``anchor_key
 ``undo_rows``. Only committed keys are loaded; an array left by an interrupted flush is recreated
 the next time its key is stored.
 
-The undo area makes the anchor restorable exactly however far the ring advanced since: before the
-first write that overwrites a physical row after the anchor, that row's bytes are copied to the
-same row of ``_undo/<key>`` and ``undo_rows`` (rows from ``anchor.pos`` on, circular, at most
-``capacity``) is committed; copying them back returns every array to its bytes at the anchor.
-Each row is copied once per anchor, so the area never exceeds one ring. It is deleted when the next
-anchor is committed.
+The undo area (:mod:`digideep.memory.undo`) makes the anchor restorable exactly however far the
+ring advanced since; it is deleted when the next anchor is committed.
 
 The record is one small JSON document written in a single store operation. With zarr >= 3.1.3 the
 ``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
@@ -35,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 from math import prod
 from pathlib import Path
 
@@ -43,7 +38,8 @@ import numpy as np
 import zarr
 
 from digideep.memory.layout import KeySpec, fill_value
-from digideep.memory.ring import RingState, ring_slices
+from digideep.memory.ring import RingState
+from digideep.memory.undo import UNDO, UndoArea
 
 __all__ = ["ATTR", "FORMAT", "ZARR_MIN", "ZarrStore", "check_zarr_version"]
 
@@ -51,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 ATTR = "digideep_memory"  # name of the group attribute that holds the commit record
 FORMAT = 2  # version of the layout above (1: no undo area; still read)
-UNDO = "_undo"  # subgroup of the undo area
 ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
 _FIELDS = ("pos", "size", "total", "last_chunk_rows")
 
@@ -131,7 +126,7 @@ class ZarrStore:
         self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
-        self.undo_arrays: dict[str, zarr.Array] = {}
+        self.undo = UndoArea(path, capacity, self.compressors, name)
 
     # -- opening -------------------------------------------------------------------------------
     @property
@@ -153,7 +148,7 @@ class ZarrStore:
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
         self.group = zarr.open_group(str(self.path), mode="w")
-        self.arrays, self.undo_arrays = {}, {}
+        self.arrays, self.undo.arrays = {}, {}
         self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
         self.commit(RingState(), {})
 
@@ -217,15 +212,7 @@ class ZarrStore:
                     "something else than this memory"
                 )
             self.arrays[key] = array
-        self.undo_arrays = {}
-        for key in anchor_keys if undo_rows else ():
-            array = self.group.get(f"{UNDO}/{key[1:]}")
-            if not isinstance(array, zarr.Array) or array.shape != self.arrays[key].shape:
-                raise ValueError(
-                    f"memory '{self.name}': the undo area of {self.path} lacks key '{key}' that its commit "
-                    "record lists; the folder was changed by something else than this memory"
-                )
-            self.undo_arrays[key] = array
+        self.undo.open(self.group, anchor_keys if undo_rows else (), self.arrays)
         self.committed, self.committed_specs = state, specs
         self.anchor, self.anchor_keys, self.undo_rows = anchor, anchor_keys, undo_rows
         return state, dict(specs)
@@ -307,20 +294,7 @@ class ZarrStore:
         """
         assert self.group is not None and self.anchor is not None
         start = (self.anchor.pos + self.undo_rows) % self.capacity
-        for key in self.anchor_keys:
-            main = self.arrays[key]
-            if key not in self.undo_arrays:  # first save since the anchor: a fresh array
-                self.undo_arrays[key] = self.group.create_array(
-                    f"{UNDO}/{key[1:]}",
-                    shape=main.shape,
-                    chunks=main.chunks,
-                    dtype=main.dtype,
-                    fill_value=main.fill_value,
-                    compressors=self.compressors,
-                    overwrite=True,
-                )
-            for a, b, _ in ring_slices(start, rows - self.undo_rows, self.capacity):
-                self.undo_arrays[key][:, a:b] = main[:, a:b]
+        self.undo.save(self.group, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
 
     def restore(self, target: RingState) -> tuple[RingState, dict[str, KeySpec]]:
         """Return the store to ``target`` (a checkpoint's state) and make that the anchor.
@@ -337,12 +311,10 @@ class ZarrStore:
         """
         anchor = self.anchor
         if anchor is not None and self.undo_rows and target.total <= anchor.total:
-            for key in self.anchor_keys:
-                for a, b, _ in ring_slices(anchor.pos, self.undo_rows, self.capacity):
-                    self.arrays[key][:, a:b] = self.undo_arrays[key][:, a:b]
+            self.undo.apply(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             specs = {key: self.committed_specs[key] for key in self.anchor_keys}
             self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
-            self._drop_undo()
+            self.undo.drop()
         state = self.committed.rolled_back(target, self.capacity)
         if state != self.committed or self.anchor != state or self.undo_rows:
             self.set_anchor(state, self.committed_specs)
@@ -351,13 +323,7 @@ class ZarrStore:
     def set_anchor(self, state: RingState, specs: dict[str, KeySpec]) -> None:
         """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area."""
         self._write_record(state, specs, state, tuple(specs), 0)
-        self._drop_undo()
-
-    def _drop_undo(self) -> None:
-        """Delete the undo area (the record no longer refers to it; leftovers are recreated anyway)."""
-        self.undo_arrays = {}
-        if (self.path / UNDO).exists():
-            shutil.rmtree(self.path / UNDO, ignore_errors=True)
+        self.undo.drop()
 
     # -- reading -------------------------------------------------------------------------------
     def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:
