@@ -16,7 +16,13 @@ import zarr
 
 from digideep.environment.data_helpers import placeholder_array
 from digideep.memory.layout import KeySpec, fill_value, validate_chunk
-from digideep.memory.ring import RingState, logical_to_physical, ring_slices, surviving_size
+from digideep.memory.ring import (
+    RingState,
+    logical_to_physical,
+    ring_slices,
+    rows_written_since,
+    surviving_size,
+)
 from digideep.memory.zarr_store import ZarrStore
 
 __all__ = ["Memory"]
@@ -219,7 +225,7 @@ class Memory:
         self, chunk: Mapping[str, np.ndarray], rows: int, new_specs: dict[str, KeySpec], new_state: RingState
     ) -> None:
         store = self._open_store()
-        self._guard(new_state.total)
+        self._protect(new_state.total)
         for key, spec in new_specs.items():
             store.create_array(key, spec)
         self._specs.update(new_specs)
@@ -235,17 +241,18 @@ class Memory:
     def flush(self) -> None:
         """Write the rows stored since the last flush to Zarr, then commit the pointers.
 
-        Order: (1) if the new rows overwrite rows the committed state calls valid (the ring wrapped),
-        commit that state shrunk to its untouched rows; (2) write the dirty rows as at most two
-        contiguous slices per key (split at the wrap-around); (3) commit the new state. A crash at
-        any point leaves a commit whose valid rows hold exactly the bytes they held when it was made.
+        Order: (1) protect what the new rows overwrite (:meth:`_protect`: the anchor's rows go to
+        the undo area, the committed state shrinks to its untouched rows) in one commit; (2) write
+        the dirty rows as at most two contiguous slices per key (split at the wrap-around);
+        (3) commit the new state. A crash at any point leaves a commit whose valid rows hold exactly
+        the bytes they held when it was made, and the anchor (the newest checkpoint) restorable.
         """
         store = self._open_store()
         committed = store.committed
         advanced = self._state.total - committed.total
         new_keys = [key for key in self._specs if key not in store.committed_specs]
         if self.mode == "ram" and advanced > 0:
-            self._guard(self._state.total)
+            self._protect(self._state.total)
             for key in new_keys:
                 store.create_array(key, self._specs[key])
             count = min(advanced + 1, self._capacity)
@@ -256,13 +263,46 @@ class Memory:
             store.commit(self._state, self._specs)
             logger.debug("memory '%s' flushed: %s", self.name, self._state)
 
-    def _guard(self, new_total: int) -> None:
-        """Before writing rows up to ``new_total``, shrink the committed state to the rows it keeps."""
+    def checkpoint_committed(self, state: Mapping[str, int] | None = None) -> None:
+        """Say that a checkpoint holding ``state`` (default: the current state) is now durable.
+
+        That state becomes the anchor: until the next call, every row a later flush (or a "disk"
+        mode store) overwrites is first copied to the undo area, so loading with this state's
+        pointers restores it byte for byte even after the ring wrapped, several times included.
+        The previous anchor's undo area is deleted. Call it after the checkpoint is committed
+        (the Runner does, right after writing the checkpoint folder), never before.
+
+        Raises:
+            ValueError: if ``state`` is not the flushed state (flush before saving the checkpoint).
+        """
+        target = self._state if state is None else self._ring_state(state)
+        store = self._store
+        if not store.is_open or target != store.committed:
+            flushed = store.committed if store.is_open else "nothing"
+            raise ValueError(
+                f"memory '{self.name}': the checkpoint holds {target} but the flushed state is "
+                f"{flushed}; call flush() before saving the checkpoint"
+            )
+        if store.anchor != target or store.undo_rows:
+            store.set_anchor(target, store.committed_specs)
+
+    def _protect(self, new_total: int) -> None:
+        """Before writing rows up to ``new_total``, make the committed state and the anchor survive it.
+
+        Rows the anchor held that are about to be overwritten for the first time since it are
+        copied to the undo area; the committed state shrinks to the rows it keeps. Both are recorded
+        in one commit, before any of those rows is written.
+        """
         store = self._store
         committed = store.committed
         keep = surviving_size(committed.size, new_total - committed.total, self._capacity)
-        if keep < committed.size:
-            store.commit(replace(committed, size=keep), store.committed_specs)
+        undo = store.undo_rows
+        if store.anchor is not None:
+            undo = max(undo, rows_written_since(store.anchor, new_total, self._capacity))
+            if undo > store.undo_rows:
+                store.save_undo(undo)
+        if keep < committed.size or undo > store.undo_rows:
+            store.commit(replace(committed, size=keep), store.committed_specs, undo_rows=undo)
 
     def _open_store(self) -> ZarrStore:
         if not self._store.is_open:
@@ -272,14 +312,19 @@ class Memory:
     def load(self) -> None:
         """Restore the committed state from Zarr (and in "ram" mode the ring, byte for byte).
 
-        Replaces what the memory held. A state given to :meth:`load_state_dict` earlier is applied
-        afterwards (the memory rolls back to it).
+        Replaces what the memory held. A state given to :meth:`load_state_dict` earlier is restored
+        instead (see there).
 
         Raises:
             FileNotFoundError: if nothing was flushed at :attr:`path`.
-            ValueError: if the folder is not a memory of this ``num_workers`` and ``capacity``.
+            ValueError: if the folder is not a memory of this ``num_workers`` and ``capacity``, or
+                the given state is not one of its states.
         """
         state, specs = self._store.open()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            state, specs = self._store.restore(pending)
+            logger.info("memory '%s' restored to %s", self.name, state)
         rings: dict[str, np.ndarray] = {}
         if self.mode == "ram":
             rings = self._allocate(specs)
@@ -292,9 +337,6 @@ class Memory:
             k: r.reshape(self._num_workers * self._capacity, *r.shape[2:]) for k, r in rings.items()
         }
         logger.info("memory '%s' loaded from %s: %s", self.name, self.path, state)
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            self._roll_back(pending)
 
     def state_dict(self) -> dict[str, int]:
         """Pointers and counters (never the data): ``pos``, ``size``, ``total``, ``last_chunk_rows``,
@@ -302,28 +344,32 @@ class Memory:
         return {**self._state.as_dict(), "num_workers": self._num_workers, "capacity": self._capacity}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Return to a saved state (e.g. a checkpoint's) in either order with :meth:`load`.
+        """Return to a saved state (a checkpoint's), in either order with :meth:`load`.
 
-        The data stays what Zarr (or RAM) holds; the memory rolls back to ``state``'s pointers,
-        minus the oldest rows that later stores overwrote (see :meth:`RingState.rolled_back`).
+        From Zarr: the state of the newest checkpoint (the anchor, see :meth:`checkpoint_committed`)
+        comes back byte for byte, with the rows later flushes overwrote restored from the undo
+        area; an older state loses its oldest rows that later stores overwrote (see
+        :meth:`RingState.rolled_back`). The state loaded becomes the anchor. A memory never flushed
+        rolls back in RAM the same way.
         """
+        target = self._ring_state(state)
+        store = self._store
+        if store.is_open and target.total <= store.committed.total:
+            self._pending = target
+            self.load()  # restore in Zarr, then reread the ring
+        elif self._state.total == 0 and not store.is_open and target.total > 0:
+            self._pending = target  # applied by load()
+        else:
+            new = self._state.rolled_back(target, self._capacity)
+            if new != self._state:
+                logger.info("memory '%s' rolled back from %s to %s", self.name, self._state, new)
+            self._state = new
+
+    def _ring_state(self, state: Mapping[str, int]) -> RingState:
         layout = (state.get("num_workers"), state.get("capacity"))
         if layout != (self._num_workers, self._capacity):
             raise ValueError(
                 f"memory '{self.name}': saved state has num_workers={layout[0]}, capacity={layout[1]}, "
                 f"this memory num_workers={self._num_workers}, capacity={self._capacity}"
             )
-        target = RingState(*(int(state[k]) for k in ("pos", "size", "total", "last_chunk_rows")))
-        if self._state.total == 0 and not self._store.is_open and target.total > 0:
-            self._pending = target  # applied by load()
-        else:
-            self._roll_back(target)
-
-    def _roll_back(self, target: RingState) -> None:
-        new = self._state.rolled_back(target, self._capacity)
-        if new != self._state:
-            logger.info("memory '%s' rolled back from %s to %s", self.name, self._state, new)
-        self._state = new
-        store = self._store
-        if store.is_open and store.committed.total > new.total:
-            store.commit(new, store.committed_specs)  # Zarr holds this state's rows untouched
+        return RingState(*(int(state[k]) for k in ("pos", "size", "total", "last_chunk_rows")))

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["RingState", "logical_to_physical", "ring_slices", "surviving_size"]
+__all__ = ["RingState", "logical_to_physical", "ring_slices", "rows_written_since", "surviving_size"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,17 @@ def surviving_size(size: int, advanced: int, capacity: int) -> int:
     if advanced <= 0:
         return size
     return max(0, min(size, capacity - 1 - advanced))
+
+
+def rows_written_since(anchor: RingState, total: int, capacity: int) -> int:
+    """Physical rows written since ``anchor`` once the ring reached ``total``: ``pos ..`` on, circular.
+
+    The first chunk after ``anchor`` overwrites its final prestep (row ``anchor.pos``), so advancing
+    ``D > 0`` rows touches the ``D + 1`` rows from ``anchor.pos`` on, and every row once ``D + 1``
+    reaches the capacity (the ring wrapped since ``anchor``, once or several times).
+    """
+    advanced = total - anchor.total
+    return 0 if advanced <= 0 else min(capacity, advanced + 1)
 
 
 def ring_slices(start: int, count: int, capacity: int) -> list[tuple[int, int, int]]:

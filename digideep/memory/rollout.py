@@ -98,6 +98,9 @@ class RolloutMemory:
     def load(self) -> None:
         """Nothing to read: a rollout memory is not persisted (it starts empty after a resume)."""
 
+    def checkpoint_committed(self, state: Mapping[str, int] | None = None) -> None:
+        """Nothing to keep: a rollout memory is not persisted."""
+
     def state_dict(self) -> dict[str, int]:
         """Counters only: ``{"stored": chunks stored so far}``."""
         return {"stored": self._stored}

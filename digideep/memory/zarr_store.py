@@ -6,21 +6,31 @@ Layout of the group folder (``<session>/memory/<name>.zarr``)::
     observations/zarr.json    one array per key, the key's path without its leading "/"
     observations/c/...        chunks of (1 worker, chunk_rows rows, *row_shape), uncompressed by default
     agents/agent/actions/...
+    _undo/observations/...    the undo area: rows of the anchor that later writes overwrote (below)
 
 Every array is shaped ``(num_workers, capacity, *row_shape)``; rows never written read as the nonify
 placeholder (the arrays' fill value). The commit record holds the format version, ``num_workers``,
 ``capacity``, the ring pointers (``pos``, ``size``, ``total``, ``last_chunk_rows``, see
-:mod:`digideep.memory.ring`) and the committed keys with their dtype and row shape. Only committed
-keys are loaded; an array left by an interrupted flush is recreated the next time its key is stored.
+:mod:`digideep.memory.ring`), the committed keys with their dtype and row shape, and the undo
+state: ``anchor`` (the pointers of the newest checkpoint, or null), ``anchor_keys`` and
+``undo_rows``. Only committed keys are loaded; an array left by an interrupted flush is recreated
+the next time its key is stored.
 
-The record is one small JSON document written in a single store operation. Zarr's ``LocalStore``
-writes it to a temporary file and renames it into place, object stores replace an object in one
-PUT, so a reader sees the old record or the new one, never a mix.
+The undo area (:mod:`digideep.memory.undo`) makes the anchor restorable exactly however far the
+ring advanced since; it is deleted when the next anchor is committed.
+
+The record is one small JSON document written in a single store operation. With zarr >= 3.1.3 the
+``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
+into place (zarr-developers/zarr-python#3412; earlier 3.x releases rewrote files in place, so a
+crash could leave a torn ``zarr.json`` or chunk), so a process that dies at any instant leaves each
+file old or new, never a mix. Nothing is fsynced: the guarantee covers a killed process, not a
+power loss before the OS writes its page cache back.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from math import prod
 from pathlib import Path
 
@@ -29,18 +39,40 @@ import zarr
 
 from digideep.memory.layout import KeySpec, fill_value
 from digideep.memory.ring import RingState
+from digideep.memory.undo import UNDO, UndoArea
 
-__all__ = ["ATTR", "FORMAT", "ZarrStore"]
+__all__ = ["ATTR", "FORMAT", "ZARR_MIN", "ZarrStore", "check_zarr_version"]
 
 logger = logging.getLogger(__name__)
 
 ATTR = "digideep_memory"  # name of the group attribute that holds the commit record
-FORMAT = 1  # version of the layout above
+FORMAT = 2  # version of the layout above (1: no undo area; still read)
+ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
+_FIELDS = ("pos", "size", "total", "last_chunk_rows")
 
 try:  # read straight into the ring, without a temporary copy (zarr 3 API)
     from zarr.core.buffer.cpu import NDBuffer as _NDBuffer
 except ImportError:  # pragma: no cover - other zarr 3 releases
     _NDBuffer = None
+
+
+def check_zarr_version(version: str | None = None) -> None:
+    """Refuse zarr releases older than :data:`ZARR_MIN`, whose writes a crash can tear.
+
+    Raises:
+        RuntimeError: naming the installed version and the fix.
+    """
+    version = zarr.__version__ if version is None else version
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if match is not None and tuple(int(part) for part in match.groups()) < ZARR_MIN:
+        raise RuntimeError(
+            f"digideep's replay memory needs zarr >= {'.'.join(map(str, ZARR_MIN))} (atomic file writes), "
+            f"zarr {version} is installed; upgrade it: pip install 'zarr>={'.'.join(map(str, ZARR_MIN))},<4'"
+        )
+
+
+def _ring_state(record: dict) -> RingState:
+    return RingState(*(int(record[k]) for k in _FIELDS))
 
 
 def _compressors(compression: str | None) -> object:
@@ -64,6 +96,9 @@ class ZarrStore:
         chunk_bytes: target chunk size when ``chunk_rows`` is ``None``.
         compression: ``None`` (default, fastest: replay data barely compresses), ``"zstd"`` or ``"lz4"``.
         name: shown in messages.
+
+    Raises:
+        RuntimeError: if the installed zarr is older than :data:`ZARR_MIN`.
     """
 
     def __init__(
@@ -83,10 +118,15 @@ class ZarrStore:
         self.chunk_bytes = chunk_bytes
         self.compressors = _compressors(compression)
         self.name = name
+        check_zarr_version()
         self.group: zarr.Group | None = None
         self.arrays: dict[str, zarr.Array] = {}
         self.committed = RingState()
         self.committed_specs: dict[str, KeySpec] = {}
+        self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
+        self.anchor_keys: tuple[str, ...] = ()
+        self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
+        self.undo = UndoArea(path, capacity, self.compressors, name)
 
     # -- opening -------------------------------------------------------------------------------
     @property
@@ -108,7 +148,8 @@ class ZarrStore:
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
         self.group = zarr.open_group(str(self.path), mode="w")
-        self.arrays = {}
+        self.arrays, self.undo.arrays = {}, {}
+        self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
         self.commit(RingState(), {})
 
     def open(self) -> tuple[RingState, dict[str, KeySpec]]:
@@ -132,7 +173,7 @@ class ZarrStore:
                 f"memory '{self.name}': {self.path} is not a digideep memory (no Zarr group with a "
                 f"'{ATTR}' attribute); point the memory at its own folder"
             )
-        if record.get("format") != FORMAT:
+        if record.get("format") not in (1, FORMAT):
             raise ValueError(
                 f"memory '{self.name}': {self.path} has layout format {record.get('format')!r}, this "
                 f"version reads format {FORMAT}; open it with the digideep version that wrote it"
@@ -145,8 +186,13 @@ class ZarrStore:
                 f"capacity={self.capacity}; create it with the values of the run that wrote it"
             )
         try:
-            state = RingState(*(int(record[k]) for k in ("pos", "size", "total", "last_chunk_rows")))
+            state = _ring_state(record)
             specs = {key: KeySpec.from_json(entry) for key, entry in record["keys"].items()}
+            anchor = None if record.get("anchor") is None else _ring_state(record["anchor"])
+            anchor_keys = tuple(record.get("anchor_keys", ()))
+            undo_rows = int(record.get("undo_rows", 0))
+            if not set(anchor_keys) <= set(specs) or not 0 <= undo_rows <= self.capacity:
+                raise ValueError(f"anchor keys {anchor_keys} or undo_rows={undo_rows} out of range")
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(
                 f"memory '{self.name}': the commit record in {self.path} is damaged: {error!r}"
@@ -166,7 +212,9 @@ class ZarrStore:
                     "something else than this memory"
                 )
             self.arrays[key] = array
+        self.undo.open(self.group, anchor_keys if undo_rows else (), self.arrays)
         self.committed, self.committed_specs = state, specs
+        self.anchor, self.anchor_keys, self.undo_rows = anchor, anchor_keys, undo_rows
         return state, dict(specs)
 
     def _peek_record(self) -> dict | None:
@@ -183,6 +231,8 @@ class ZarrStore:
     def create_array(self, key: str, spec: KeySpec) -> None:
         """Create (or recreate, dropping leftovers of an interrupted flush) the array of ``key``."""
         assert self.group is not None
+        if key.split("/")[1] == UNDO:
+            raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the undo area; rename it")
         if self.chunk_rows is not None:
             rows = self.chunk_rows
         else:
@@ -203,8 +253,23 @@ class ZarrStore:
         """Write rows ``start:stop`` of every worker; ``values`` is ``(W, stop - start, ...)`` or a scalar."""
         self.arrays[key][:, start:stop] = values
 
-    def commit(self, state: RingState, specs: dict[str, KeySpec]) -> None:
-        """Replace the commit record in one atomic write. Call it after the data it describes."""
+    def commit(self, state: RingState, specs: dict[str, KeySpec], undo_rows: int | None = None) -> None:
+        """Replace the commit record in one atomic write. Call it after the data it describes.
+
+        The anchor is kept; ``undo_rows`` (default: unchanged) records rows saved by :meth:`save_undo`.
+        """
+        self._write_record(
+            state, specs, self.anchor, self.anchor_keys, self.undo_rows if undo_rows is None else undo_rows
+        )
+
+    def _write_record(
+        self,
+        state: RingState,
+        specs: dict[str, KeySpec],
+        anchor: RingState | None,
+        anchor_keys: tuple[str, ...],
+        undo_rows: int,
+    ) -> None:
         assert self.group is not None
         record = {
             "format": FORMAT,
@@ -212,9 +277,53 @@ class ZarrStore:
             "capacity": self.capacity,
             **state.as_dict(),
             "keys": {key: spec.to_json() for key, spec in specs.items()},
+            "anchor": None if anchor is None else anchor.as_dict(),
+            "anchor_keys": list(anchor_keys),
+            "undo_rows": undo_rows,
         }
         self.group.attrs.update({ATTR: record})
         self.committed, self.committed_specs = state, dict(specs)
+        self.anchor, self.anchor_keys, self.undo_rows = anchor, tuple(anchor_keys), undo_rows
+
+    # -- the undo area -------------------------------------------------------------------------
+    def save_undo(self, rows: int) -> None:
+        """Copy the anchor's bytes of undo rows ``undo_rows .. rows`` (from ``anchor.pos`` on) to the undo area.
+
+        Call it before those rows are overwritten, then commit ``undo_rows=rows``: an interrupted
+        copy leaves the committed ``undo_rows`` as it was.
+        """
+        assert self.group is not None and self.anchor is not None
+        start = (self.anchor.pos + self.undo_rows) % self.capacity
+        self.undo.save(self.group, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
+
+    def restore(self, target: RingState) -> tuple[RingState, dict[str, KeySpec]]:
+        """Return the store to ``target`` (a checkpoint's state) and make that the anchor.
+
+        If ``target`` is the anchor (or older), the undo area is copied back first, so the anchor
+        returns byte for byte however often the ring wrapped since. Otherwise, or for a target
+        older than the anchor, :meth:`RingState.rolled_back` drops the rows written after it.
+
+        Returns:
+            The committed state and keys after the restore.
+
+        Raises:
+            ValueError: if ``target`` is newer than the store or not one of its predecessors.
+        """
+        anchor = self.anchor
+        if anchor is not None and self.undo_rows and target.total <= anchor.total:
+            self.undo.apply(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
+            specs = {key: self.committed_specs[key] for key in self.anchor_keys}
+            self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
+            self.undo.drop()
+        state = self.committed.rolled_back(target, self.capacity)
+        if state != self.committed or self.anchor != state or self.undo_rows:
+            self.set_anchor(state, self.committed_specs)
+        return self.committed, dict(self.committed_specs)
+
+    def set_anchor(self, state: RingState, specs: dict[str, KeySpec]) -> None:
+        """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area."""
+        self._write_record(state, specs, state, tuple(specs), 0)
+        self.undo.drop()
 
     # -- reading -------------------------------------------------------------------------------
     def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:

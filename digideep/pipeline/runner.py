@@ -225,6 +225,8 @@ class Runner:
             saved = save_checkpoint(
                 self.session.checkpoints_path, iteration, self.runner_info(), self.state_dict()
             )
+            for memory in self.memories.values():  # now the undo areas may go
+                memory.checkpoint_committed()
             best = self.counters.best_checkpoint
             for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
                 log.debug("retention removed %s", deleted)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
-from digideep.memory.zarr_store import ZarrStore
+from digideep.memory.zarr_store import ZarrStore, check_zarr_version
 
 from .chunks import make_chunk
 
@@ -163,26 +164,153 @@ def test_crash_during_a_wrapping_flush_keeps_only_untouched_committed_rows(
     assert reopen(path, 12).total == 12
 
 
-def test_load_state_dict_rolls_back_to_a_checkpoint_taken_before_later_flushes(tmp_path: Path) -> None:
+def test_load_state_dict_returns_to_the_newest_checkpoint_exactly_in_either_order(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
     memory = Memory(path, W, 12)
     stream(memory, [4, 4])
     memory.flush()
-    checkpoint, expected = memory.state_dict(), snapshot(memory)
+    checkpoint, expected = memory.state_dict(), whole_ring(memory)
+    memory.checkpoint_committed(checkpoint)  # the Runner calls it once the checkpoint folder exists
     stream(memory, [4], start=8)
-    memory.flush()  # flushed past the checkpoint, then the process died before the next checkpoint
+    memory.flush()  # flushed past the checkpoint (wrapping onto its oldest row), then the process died
     for order in ("state_first", "load_first"):
-        resumed = Memory(path, W, 12)
+        copy = tmp_path / f"{order}.zarr"
+        shutil.copytree(path, copy)
+        resumed = Memory(copy, W, 12)
         if order == "state_first":
             resumed.load_state_dict(checkpoint)
             resumed.load()
         else:
             resumed.load()
             resumed.load_state_dict(checkpoint)
-        assert (resumed.pos, resumed.total, resumed.size) == (checkpoint["pos"], checkpoint["total"], 7)
+        assert resumed.state_dict() == checkpoint
+        assert all(same_bytes(resumed[key], value) for key, value in expected.items()), order
+        assert reopen(copy, 12).state_dict() == checkpoint  # the restore was committed
+        assert not (copy / "_undo").exists()
+
+
+def test_an_older_checkpoint_keeps_only_its_rows_that_later_stores_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, 12)
+    stream(memory, [4, 4])
+    memory.flush()
+    older, expected = memory.state_dict(), snapshot(memory)
+    memory.checkpoint_committed()
+    stream(memory, [4], start=8)
+    memory.flush()
+    memory.checkpoint_committed()  # a newer checkpoint: the exact one from now on
+    stream(memory, [4], start=12)
+    memory.flush()
+    resumed = Memory(path, W, 12)
+    resumed.load_state_dict(older)  # e.g. a checkpoint kept by retention, chosen by hand
+    resumed.load()
+    assert (resumed.pos, resumed.total, resumed.size) == (older["pos"], older["total"], 7)
+    for key, value in expected.items():
+        assert same_bytes(snapshot(resumed)[key], value[:, -7:]), key
+
+
+KEYS = ("/observations", "/rewards", "/agents/agent/actions")
+PHASE = [
+    11,
+    7,
+    11,
+    8,
+]  # 37 rows after the checkpoint: a 12-row ring wraps 3 times (11 steps: 12 rows, all of it)
+
+
+def whole_ring(memory: Memory) -> dict[str, np.ndarray]:
+    """Every row of every key, placeholders included: the numpy ring, or the Zarr array in disk mode."""
+    return {key: np.array(memory[key][:]) for key in memory}
+
+
+def store_phase(memory: Memory, start: int, flush_every: int) -> None:
+    for i, steps in enumerate(PHASE):
+        chunk = make_chunk(W, steps, start)
+        memory.store({key: chunk[key] for key in KEYS})
+        start += steps
+        if i % flush_every == flush_every - 1:
+            memory.flush()
+
+
+def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int]:
+    """Raise at the ``point``-th write from now on: a Zarr array slice (ring, undo area) or a commit."""
+    calls = {"n": 0}
+
+    def counting(original):
+        def write(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == point + 1:
+                raise SimulatedCrashError(f"simulated crash at write {point}")
+            return original(*args, **kwargs)
+
+        return write
+
+    monkeypatch.setattr(zarr.Array, "__setitem__", counting(zarr.Array.__setitem__))
+    monkeypatch.setattr(ZarrStore, "_write_record", counting(ZarrStore._write_record))
+    return calls
+
+
+@pytest.mark.parametrize(("mode", "flush_every"), [("ram", 1), ("ram", 4), ("disk", 2)])
+def test_resume_at_the_checkpoint_is_exact_after_a_crash_at_any_write_while_the_ring_wraps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, flush_every: int
+) -> None:
+    """The ring wraps 3 times between two checkpoints; a crash at each write, or after the last
+    flush but before the next checkpoint commits, loads the first checkpoint byte for byte."""
+    point = 0
+    while True:
+        path = tmp_path / f"{point}.zarr"
+        memory = Memory(path, W, 12, mode=mode, zarr_chunk_rows=5)
+        start = 0
+        for steps in (4, 4, 4, 4):  # wrapped once already
+            chunk = make_chunk(W, steps, start)
+            memory.store({key: chunk[key] for key in KEYS})
+            start += steps
+        memory.flush()
+        checkpoint, expected = memory.state_dict(), whole_ring(memory)
+        memory.checkpoint_committed(checkpoint)
+        calls = crash_at_write(monkeypatch, point)
+        with contextlib.suppress(SimulatedCrashError):
+            store_phase(memory, start, flush_every)
+        crashed = calls["n"] > point
+        monkeypatch.undo()
+        resumed = Memory(path, W, 12, mode=mode)
+        resumed.load_state_dict(checkpoint)
+        resumed.load()
+        assert resumed.state_dict() == checkpoint, point
         for key, value in expected.items():
-            assert same_bytes(snapshot(resumed)[key], value[:, -7:]), key
-    assert reopen(path, 12).state_dict() == resumed.state_dict()  # the roll-back was committed
+            assert same_bytes(whole_ring(resumed)[key], value), (point, key)
+        if not crashed:  # every flush finished: the crash came before the next checkpoint's commit
+            break
+        point += 1
+    assert point >= 2 * len(KEYS) + 2  # it crashed at every write first: undo copy, ring, two commits
+    # the resumed memory goes on, and once its next checkpoint commits the undo area is gone
+    store_phase(resumed, start, flush_every)
+    resumed.flush()
+    assert (path / "_undo").exists()
+    resumed.checkpoint_committed()
+    assert not (path / "_undo").exists()
+    assert all(
+        same_bytes(whole_ring(reopen(path, 12, mode=mode))[k], v) for k, v in whole_ring(resumed).items()
+    )
+
+
+def test_checkpoint_committed_refuses_a_state_that_was_not_flushed(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "m.zarr", W, 12)
+    stream(memory, [4])
+    with pytest.raises(ValueError, match="call flush"):
+        memory.checkpoint_committed()
+    memory.flush()
+    stream(memory, [4], start=4)
+    with pytest.raises(ValueError, match="call flush"):
+        memory.checkpoint_committed()
+
+
+def test_zarr_releases_that_write_files_in_place_are_refused() -> None:
+    with pytest.raises(RuntimeError, match=r"zarr >= 3\.1\.3.*3\.1\.2"):
+        check_zarr_version("3.1.2")
+    check_zarr_version("3.1.3")
+    check_zarr_version("3.2.0.dev4")
+    check_zarr_version(zarr.__version__)
 
 
 def test_pending_state_blocks_store_until_load(tmp_path: Path) -> None:
