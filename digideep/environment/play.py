@@ -76,6 +76,11 @@ def check_registered(model_name: str, from_module: str | None = None) -> None:
     """Raise :class:`UsageError` naming the closest registered ids when ``model_name`` is unknown."""
     if model_name in gym.registry:
         return
+    if model_name.startswith("dm_control/"):
+        raise UsageError(
+            f"unknown environment '{model_name}'; DeepMind Control ids are registered by shimmy[dm-control], "
+            "which digideep does not support yet (dm_control 1.0.50 fails on MuJoCo 4.0.0)"
+        )
     close = difflib.get_close_matches(model_name, list(gym.registry), n=3, cutoff=0.6)
     if not close:  # 'hopper' finds 'Hopper-v5': compare without case and version
         lowered = {key.lower(): key for key in gym.registry}
@@ -170,7 +175,8 @@ def play_env(
     ``<video>/play-w0-ep<k>.mp4``.
 
     Raises:
-        UsageError: unknown id (naming the closest ones), a bad argument, a module that does not import.
+        UsageError: unknown id (naming the closest ones), an environment that fails to build, a bad
+            argument, a module that does not import.
     """
     from digideep.environment.make_environment import MakeEnvironment
 
@@ -184,7 +190,12 @@ def play_env(
     cuts = registered is None or n_step < registered
     # the cut is the env's own time limit, so that the video recorder keeps a cut run's video
     maker = MakeEnvironment(model_name, from_module=from_module, max_episode_steps=n_step if cuts else None)
-    env = maker.make_env(rank=0, mode="play", render=video is not None, video_folder=video)
+    try:
+        env = maker.make_env(rank=0, mode="play", render=video is not None, video_folder=video)
+    except Exception as error:  # a missing optional package or a broken third-party env: one line
+        raise UsageError(
+            f"environment '{model_name}' could not be built: {type(error).__name__}: {_one_line(error)}"
+        ) from error
     try:
         for run in range(runs):
             yield _one_run(env, seed + run, n_step if cuts else None, no_action, delay_ms / 1000.0)

@@ -115,6 +115,11 @@ def test_bad_arguments_are_usage_errors() -> None:
         list(play_env("Nothing-v9"))
     with pytest.raises(UsageError, match="--runs and --n-step must be >= 1"):
         list(play_env("Pendulum-v1", runs=0))
+    # registered, but needs a package that is not installed
+    with pytest.raises(
+        UsageError, match=r"environment 'GymV26Environment-v0' could not be built: ImportError: "
+    ):
+        list(play_env("GymV26Environment-v0"))
     result = play("--list-include", "(")
     assert result.returncode == 2
     assert result.stderr.startswith("digideep: error: --list-include '(' is not a valid regular expression")
