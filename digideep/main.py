@@ -101,13 +101,13 @@ def _setup_logging(level: str) -> None:
 def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
     resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
-    if args.dry_run:
-        return _dry_run(resolved)
     if args.session_name and (Path(args.session_path) / args.session_name).exists():
         raise UsageError(
             f"session '{Path(args.session_path) / args.session_name}' already exists; "
             "resume it with 'digideep resume' or choose another --session-name"
         )
+    if args.dry_run:
+        return _dry_run(resolved)
     return _train(
         args.params,
         args.cpanel,
@@ -342,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m digideep.main``."""
     parser = _build_main_parser()
     args = parser.parse_args(argv)
+    if (args.play or args.resume) and (args.msg is not None or args.dry_run):
+        parser.error("--msg and --dry-run apply to a new run (--params); a resumed run keeps its description")
     if args.play:
         if not args.load_checkpoint:
             parser.error("--play needs --load-checkpoint PATH")

@@ -117,6 +117,9 @@ def test_dry_run_still_refuses_bad_params(sac_project):
     result = run_main(sac_project, "--params", "params.pendulum_sac", "--dry-run", "--cpanel", '{"sead": 1}')
     assert result.returncode == 2 and "unknown cpanel key 'sead'" in result.stderr
     assert not (sac_project / "data").exists()
+    (sac_project / "data" / "sessions" / "taken").mkdir(parents=True)
+    taken = run_main(sac_project, "--params", "params.pendulum_sac", "--dry-run", "--session-name", "taken")
+    assert taken.returncode == 2 and "already exists" in taken.stderr  # as the real run would say
 
 
 def test_params_file_outside_the_project_loads_with_its_neighbours(sac_project):
