@@ -3,8 +3,9 @@
 ::
 
     python -m digideep.main --params params.pendulum_sac [--cpanel JSON] [--session-name N]
-                            [--session-path P] [--log-level L] [--no-prefect]
+                            [--session-path P] [--log-level L] [--no-prefect] [--msg TEXT] [--dry-run]
                             [--device auto|cpu|cuda|cuda:N] [--deterministic]
+    python -m digideep.main --params path/to/my_params.py ...   # a parameter file anywhere
     python -m digideep.main --resume SESSION
     python -m digideep.main --play --load-checkpoint PATH
 
@@ -12,6 +13,7 @@
     digideep resume SESSION
     digideep play CHECKPOINT [--video]
     digideep runs [compare RUN ...]
+    digideep envs --list-include REGEX | --model ID ...     # python -m digideep.environment.play
 
 ``--device`` and ``--deterministic`` work with every command but ``runs`` (see
 :mod:`digideep.pipeline.devices`). Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
@@ -21,6 +23,7 @@ with code 2, before anything is written to disk.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
-from digideep.pipeline.params import resolve_params
+from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import DEFAULT_ROOT
 
 __all__ = ["cli", "main"]
@@ -44,7 +47,8 @@ def _add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
         "--params",
         required=required,
         metavar="MODULE",
-        help="parameter file, e.g. params.pendulum_sac (a module under ./params with cpanel and gen_params)",
+        help="parameter file: a module under ./params (params.pendulum_sac) or a path to a .py file "
+        "anywhere, each with cpanel and gen_params",
     )
     parser.add_argument(
         "--cpanel", metavar="JSON", help="cpanel overrides as a JSON object, e.g. '{\"seed\": 1}'"
@@ -57,6 +61,16 @@ def _add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
         "--no-prefect",
         action="store_true",
         help="run the plain Runner.train() loop instead of the Prefect train flow",
+    )
+    parser.add_argument(
+        "--msg",
+        metavar="TEXT",
+        help="the run's description: MLflow's note (mlflow.note.content) and 'description' in session.json",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the params, build the envs and agents, print the params tree; write nothing",
     )
 
 
@@ -101,12 +115,14 @@ def _setup_logging(level: str) -> None:
 # -- commands -----------------------------------------------------------------------------------
 def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
-    resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
+    resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
     if args.session_name and (Path(args.session_path) / args.session_name).exists():
         raise UsageError(
             f"session '{Path(args.session_path) / args.session_name}' already exists; "
             "resume it with 'digideep resume' or choose another --session-name"
         )
+    if args.dry_run:
+        return _dry_run(resolved)
     return _train(
         args.params,
         args.cpanel,
@@ -114,13 +130,52 @@ def command_train(args: argparse.Namespace) -> int:
         args.session_path,
         resume=False,
         no_prefect=args.no_prefect,
+        description=args.msg,
     )
+
+
+def _dry_run(resolved: ResolvedParams) -> int:
+    """Build everything a run builds (in a temporary session), print the params tree, keep nothing.
+
+    No session folder, no MLflow run, no Prefect flow run: the temporary session (its Zarr memory
+    folders and log) is deleted on the way out.
+    """
+    import tempfile
+
+    from digideep.pipeline.runner import Runner
+    from digideep.pipeline.session import Session
+
+    with (
+        tempfile.TemporaryDirectory(prefix="digideep-dry-run-") as scratch,
+        Session(root=scratch, params_name=resolved.module) as session,
+    ):
+        runner = Runner(session, resolved.params, tracker=None)
+        try:
+            observation_space, action_space = runner.explorers["train"].make_environment.spaces()
+            log.info(
+                "dry run of %s: built %d agent(s), %d memory(ies), explorers %s; observations %s, "
+                "actions %s; nothing written",
+                resolved.module,
+                len(runner.agents),
+                len(runner.memories),
+                sorted(runner.explorers),
+                observation_space,
+                action_space,
+            )
+        finally:
+            runner.close()
+    print(
+        json.dumps(
+            {"params_module": resolved.module, "cpanel": resolved.cpanel, "params": resolved.params}, indent=2
+        )
+    )
+    return 0
 
 
 def command_resume(args: argparse.Namespace) -> int:
     """Continue a session from its newest complete checkpoint."""
     root, name = _split_session(args.session, args.session_path)
-    return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect)
+    return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
 
 def _split_session(session: str, session_path: str) -> tuple[str, str]:
@@ -132,13 +187,22 @@ def _split_session(session: str, session_path: str) -> tuple[str, str]:
 
 
 def _train(
-    params: str | None, cpanel: str | None, name: str | None, root: str, *, resume: bool, no_prefect: bool
+    params: str | None,
+    cpanel: str | None,
+    name: str | None,
+    root: str,
+    *,
+    resume: bool,
+    no_prefect: bool,
+    description: str | None,
 ) -> int:
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
 
     if no_prefect:
-        handle = open_run(params, cpanel, session_name=name, session_path=root, resume=resume)
+        handle = open_run(
+            params, cpanel, session_name=name, session_path=root, resume=resume, description=description
+        )
         reason = run_training(handle)
     else:
         _import_flows()
@@ -150,6 +214,7 @@ def _train(
             session_name=name,
             session_path=root,
             resume=resume,
+            description=description,
         )
         reason = result["stopped"]
     log.info("done: %s", reason)
@@ -180,6 +245,13 @@ def command_runs(args: argparse.Namespace) -> int:
     from digideep.tracking.runs import main_runs
 
     return main_runs(args.rest)
+
+
+def command_envs(args: argparse.Namespace) -> int:
+    """List registered environments with their spaces, or run one with random actions."""
+    from digideep.environment.play import cli as envs_cli
+
+    return envs_cli(args.rest, prog="digideep envs")
 
 
 # -- parsers ------------------------------------------------------------------------------------
@@ -223,6 +295,14 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     )
     runs.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     runs.set_defaults(func=command_runs)
+
+    envs = sub.add_parser(
+        "envs",
+        help="list registered environments with their spaces, or run one with random actions "
+        "(see 'digideep envs --help')",
+        add_help=False,
+    )
+    envs.add_argument("rest", nargs=argparse.REMAINDER, help="options of python -m digideep.environment.play")
     return parser
 
 
@@ -287,6 +367,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["runs"]:  # 'runs' has its own parser: hand it everything after the word
         return _run(command_runs, argparse.Namespace(rest=argv[1:], log_level="WARNING"))
+    if argv[:1] == ["envs"]:  # so has 'envs' (digideep.environment.play)
+        return _run(command_envs, argparse.Namespace(rest=argv[1:], log_level="WARNING"))
     args = _build_cli_parser().parse_args(argv)
     return _run(args.func, args)
 
@@ -295,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m digideep.main``."""
     parser = _build_main_parser()
     args = parser.parse_args(argv)
+    if (args.play or args.resume) and (args.msg is not None or args.dry_run):
+        parser.error("--msg and --dry-run apply to a new run (--params); a resumed run keeps its description")
     if args.play:
         if not args.load_checkpoint:
             parser.error("--play needs --load-checkpoint PATH")

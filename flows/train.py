@@ -59,6 +59,7 @@ def train(
     session_path: str = str(DEFAULT_ROOT),
     resume: bool = False,
     tasks: Literal["stage", "iteration"] = "stage",
+    description: str | None = None,
 ) -> dict[str, Any]:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
 
@@ -72,6 +73,8 @@ def train(
             ``"iteration"``: one task per iteration, four times fewer task runs, for short
             iterations where orchestration would cost more than a few percent
             (``bench/bench_orchestration.py``).
+        description: the run's description (MLflow's note and ``description`` in session.json);
+            a resumed run keeps the one it started with.
     """
     logger = get_run_logger()
     # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
@@ -98,6 +101,7 @@ def train(
         session_path=session_path,
         resume=resume or existing,
         tags=tags,
+        description=description,
     )
     if handle is None:
         logger.info("session %s already finished; nothing to do", name)

@@ -57,3 +57,147 @@ def test_existing_session_name_is_refused_without_touching_it(params_project):
     result = run_main(params_project, "--params", "params.demo", "--session-name", "taken")
     assert result.returncode == 2 and "already exists" in result.stderr
     assert (existing / "keep.txt").read_text() == "precious"
+
+
+# -- --dry-run, --msg, --params FILE.py and the envs subcommand -----------------------------------
+SMALL_RUN = '{"n_steps": 20, "learning_starts": 20, "batch_size": 8, "hidden_sizes": [8], "test_episodes": 1}'
+
+
+@pytest.fixture
+def sac_project(params_project):
+    """The scratch project with the shipped ``pendulum_sac`` parameter file (and ``_common``), and a
+    copy of it outside the project at ``elsewhere/my_sac.py`` whose seed comes from a module beside it."""
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("_common.py", "pendulum_sac.py"):
+        shutil.copy(repo / "params" / name, params_project / "params" / name)
+    outside = params_project / "elsewhere"
+    outside.mkdir()
+    (outside / "my_knobs.py").write_text("SEED = 7\n")
+    text = (repo / "params" / "pendulum_sac.py").read_text()
+    (outside / "my_sac.py").write_text(
+        text.replace('"seed": 0,', '"seed": my_knobs.SEED,').replace(
+            "from params._common import", "import my_knobs\nfrom params._common import"
+        )
+    )
+    return params_project
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_dry_run_builds_everything_prints_the_params_and_writes_nothing(sac_project, run_env):
+    import json
+
+    data = sac_project / "data"
+    (data / "sessions" / "earlier").mkdir(parents=True)
+    (data / "sessions" / "earlier" / "session.json").write_text("{}")
+    before = _tree(sac_project)
+    result = subprocess.run(
+        [sys.executable, "-m", "digideep.main", "--params", "params.pendulum_sac", "--dry-run"],
+        cwd=sac_project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**run_env, "MLFLOW_TRACKING_URI": f"sqlite:///{sac_project / 'mlflow.db'}"},
+    )
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["params_module"] == "params.pendulum_sac"
+    assert printed["params"]["env"]["model_name"] == "Pendulum-v1"
+    assert "built 1 agent(s), 1 memory(ies), explorers ['test', 'train']" in result.stderr
+    assert _tree(sac_project) == before  # no session folder, no MLflow store, nothing else
+    assert sorted(p.name for p in (data / "sessions").iterdir()) == ["earlier"]
+
+
+def test_dry_run_still_refuses_bad_params(sac_project):
+    result = run_main(sac_project, "--params", "params.pendulum_sac", "--dry-run", "--cpanel", '{"sead": 1}')
+    assert result.returncode == 2 and "unknown cpanel key 'sead'" in result.stderr
+    assert not (sac_project / "data").exists()
+    (sac_project / "data" / "sessions" / "taken").mkdir(parents=True)
+    taken = run_main(sac_project, "--params", "params.pendulum_sac", "--dry-run", "--session-name", "taken")
+    assert taken.returncode == 2 and "already exists" in taken.stderr  # as the real run would say
+
+
+def test_params_file_outside_the_project_loads_with_its_neighbours(sac_project):
+    import json
+
+    result = run_main(sac_project, "--params", "elsewhere/my_sac.py", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["params_module"] == "my_sac"
+    assert printed["cpanel"]["seed"] == 7  # from elsewhere/my_knobs.py, imported beside the file
+    missing = run_main(sac_project, "--params", "elsewhere/nope.py")
+    assert missing.returncode == 2
+    assert (
+        missing.stderr.strip()
+        .splitlines()[-1]
+        .startswith("digideep: error: parameter file 'elsewhere/nope.py' not found")
+    )
+
+
+def test_msg_reaches_session_json_and_the_mlflow_note(sac_project, run_env):
+    import json
+
+    from mlflow import MlflowClient
+
+    message = "baseline: SAC on Pendulum, 1 iteration"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "digideep.main",
+            "--params",
+            str(sac_project / "elsewhere" / "my_sac.py"),  # an absolute path works too
+            "--cpanel",
+            SMALL_RUN,
+            "--session-name",
+            "noted",
+            "--no-prefect",
+            "--msg",
+            message,
+        ],
+        cwd=sac_project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**run_env, "DIGIDEEP_MAX_ITERATIONS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    info = json.loads((sac_project / "data" / "sessions" / "noted" / "session.json").read_text())
+    assert info["description"] == message and info["params_module"] == "my_sac"
+    run = MlflowClient(run_env["MLFLOW_TRACKING_URI"]).get_run(info["mlflow_run_id"])
+    assert run.data.tags["mlflow.note.content"] == message
+
+
+def test_envs_subcommand_is_listed_and_runs():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from digideep.main import cli; sys.exit(cli(sys.argv[1:]))",
+            "--help",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "envs" in result.stdout
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from digideep.main import cli; sys.exit(cli(sys.argv[1:]))",
+            "envs",
+            "--list-include",
+            "^Pendulum-v1$",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.splitlines()[0].startswith("Pendulum-v1 ")

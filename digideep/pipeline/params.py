@@ -4,12 +4,18 @@ A parameter file ``params/<name>.py`` holds a module-level ``cpanel`` dict (the 
 knobs, each commented) and ``gen_params(cpanel) -> dict``, the whole params tree in one place.
 ``--cpanel '{"model_name": "Hopper-v5"}'`` overrides knobs. Everything here runs before anything
 touches disk, and every problem raises :class:`~digideep.errors.UsageError` with a one-line message.
+
+``--params`` takes a module name (``params.pendulum_sac`` or ``pendulum_sac``) or a path ending in
+``.py``. A path inside the project's ``params/`` folder is imported as that module, so it is recorded
+the same way; any other path (``~/experiments/my_sac.py``) is loaded from the file, as module
+``my_sac``, with its folder on the import path (for helpers beside it) as well as the project's.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -69,24 +75,64 @@ def _normalise_module_name(name: str) -> str:
     return name if "." in name else f"{PARAMS_PACKAGE}.{name}"
 
 
+def _outside_file(name: str) -> Path | None:
+    """The file ``name`` points at when it is a ``.py`` path outside ``<cwd>/params``, else None."""
+    if not name.endswith(".py"):
+        return None
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = _search_root() / path
+    path = path.resolve()
+    if path.parent == (_search_root() / PARAMS_PACKAGE).resolve():
+        return None  # the project's own parameter file: imported by module name below
+    if not path.is_file():
+        raise UsageError(f"parameter file '{name}' not found (looked for {path})")
+    return path
+
+
+def _load_file(path: Path) -> ModuleType:
+    """Execute the parameter file at ``path`` as module ``<stem>`` (not added to ``sys.modules``)."""
+    if not path.stem.isidentifier():
+        raise UsageError(
+            f"parameter file name '{path.name}' must be a Python identifier plus .py, e.g. my_sac.py"
+        )
+    for folder in (str(_search_root()), str(path.parent)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_params_module(name: str) -> ModuleType:
     """Import a parameter file and check it has ``cpanel`` and ``gen_params``.
 
+    Args:
+        name: a module name or a path to a ``.py`` file (module doc).
+
     Raises:
-        UsageError: the module does not exist (the message lists those that do) or lacks a part.
+        UsageError: the module or file does not exist (the message lists the project's parameter
+            files) or lacks a part.
     """
-    module_name = _normalise_module_name(name)
-    root = str(_search_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and not module_name.startswith(error.name):
-            raise  # the params file exists but imports something missing: a real bug, show it
-        choices = ", ".join(available_params()) or f"none found under {Path(root) / PARAMS_PACKAGE}"
-        raise UsageError(f"params module '{module_name}' not found; available: {choices}") from None
+    file = _outside_file(name)
+    if file is not None:
+        module = _load_file(file)
+        module_name = module.__name__
+    else:
+        module_name = _normalise_module_name(name)
+        root = str(_search_root())
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        importlib.invalidate_caches()
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and not module_name.startswith(error.name):
+                raise  # the params file exists but imports something missing: a real bug, show it
+            choices = ", ".join(available_params()) or f"none found under {Path(root) / PARAMS_PACKAGE}"
+            raise UsageError(f"params module '{module_name}' not found; available: {choices}") from None
     if not isinstance(getattr(module, "cpanel", None), dict) or not callable(
         getattr(module, "gen_params", None)
     ):
@@ -162,7 +208,7 @@ def resolve_params(
     """Load a parameter file, apply the cpanel overrides and generate the params tree.
 
     Args:
-        name: ``params.<name>``, ``<name>`` or ``params/<name>.py``.
+        name: ``params.<name>``, ``<name>``, ``params/<name>.py`` or a path to a ``.py`` file anywhere.
         cpanel_json: the ``--cpanel`` JSON text, if any.
         overrides: cpanel overrides already parsed (applied after ``cpanel_json``).
     """

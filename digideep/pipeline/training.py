@@ -28,6 +28,9 @@ __all__ = ["RunHandle", "close_run", "open_run", "run_training"]
 
 log = logging.getLogger(__name__)
 
+NOTE_TAG = "mlflow.note.content"
+"""The tag MLflow shows as a run's description."""
+
 
 @dataclass
 class RunHandle:
@@ -47,6 +50,7 @@ def open_run(
     session_path: str | Path = DEFAULT_ROOT,
     resume: bool = False,
     tags: dict[str, str] | None = None,
+    description: str | None = None,
 ) -> RunHandle | None:
     """Create a new run, or resume an existing session from its newest complete checkpoint.
 
@@ -58,6 +62,8 @@ def open_run(
         resume: reopen ``session_name`` (an existing session with no checkpoint starts over from
             its ``params.json``). A finished session returns None after saying so.
         tags: extra tracking tags (e.g. Prefect flow-run id and deployment).
+        description: what the run is for (``--msg``): ``description`` in ``session.json`` and the
+            MLflow run's note (``mlflow.note.content``). A resumed run keeps the one it started with.
 
     Raises:
         UsageError: bad params or cpanel, a missing or busy session, a damaged checkpoint.
@@ -85,6 +91,9 @@ def open_run(
     )
     try:
         session.write_params(resolved.module, resolved.cpanel, resolved.params)
+        if description is not None:
+            session.update_info(description=description)
+            tags = {**(tags or {}), NOTE_TAG: description}
         tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags)
         runner = Runner(session, resolved.params, tracker=tracker)
         return RunHandle(session, runner, tracker, None)

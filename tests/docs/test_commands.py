@@ -78,6 +78,8 @@ RUN_HERE = [
         r"\.venv/bin/digideep (play|resume) ",
         r"\.venv/bin/python -m digideep\.main --(play|resume) ",
         r"\.venv/bin/digideep runs",
+        r"\.venv/bin/digideep envs ",
+        r"\.venv/bin/python -m digideep\.environment\.play ",
         r"make mlflow-ui",
         r"\.venv/bin/mlflow ui ",
     )
