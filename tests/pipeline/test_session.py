@@ -1,5 +1,7 @@
 import json
 import logging
+import os
+import socket
 import subprocess
 import sys
 
@@ -19,7 +21,8 @@ def test_new_session_creates_its_layout_and_files(tmp_path):
         assert session.info()["params_module"] == "params.demo"
         assert str(session.device) == "cpu"
     assert "hello log file" in (tmp_path / "s1" / "log.txt").read_text()
-    assert not (tmp_path / "s1" / ".lock").exists()
+    with Session(root=tmp_path, name="s1", resume=True):  # closing released the lock
+        pass
 
 
 def test_generated_name_has_time_and_params_name(tmp_path):
@@ -48,13 +51,16 @@ def test_second_process_is_refused_while_the_first_holds_the_lock(tmp_path):
         )
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "is in use by process" in result.stdout
+    assert result.stdout == (
+        f"session '{tmp_path / 's'}' is in use by process {os.getpid()} on {socket.gethostname()}; "
+        "wait for it to finish or stop it\n"
+    )
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     code = f"from digideep.pipeline.session import Session\nSession(root={str(tmp_path)!r}, name='s')\nimport os\nos._exit(0)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    assert (tmp_path / "s" / ".lock").exists()  # the dead process never released it
+    assert (tmp_path / "s" / ".lock.json").exists()  # the dead process never cleaned up
     with Session(root=tmp_path, name="s", resume=True) as session:
         assert session.path.is_dir()
 
@@ -64,3 +70,11 @@ def test_done_marker(tmp_path):
         assert not session.is_done
         session.mark_done(iterations=3)
         assert session.is_done
+
+
+def test_reading_a_session_in_use_leaves_its_lock_alone(tmp_path):
+    with Session(root=tmp_path, name="s") as holder:
+        with Session(root=tmp_path, name="s", resume=True, lock=False) as reader:  # play a checkpoint
+            assert reader.path == holder.path
+        with pytest.raises(UsageError, match="is in use by process"):
+            Session(root=tmp_path, name="s", resume=True)
