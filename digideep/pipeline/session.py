@@ -88,7 +88,8 @@ class Session:
             raise UsageError(
                 f"session '{self.path}' already exists; resume it or choose another --session-name"
             )
-        self._lock = FileLock(self.path / ".lock", timeout=0)
+        # thread_local=False: the Session owns the lock whichever thread (a Prefect task) closes it
+        self._lock = FileLock(self.path / ".lock", timeout=0, thread_local=False)
         self._owner_path = self.path / ".lock.json"
         self._log_handler: logging.Handler | None = None
         self._locked = lock

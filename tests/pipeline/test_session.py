@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -78,3 +79,12 @@ def test_reading_a_session_in_use_leaves_its_lock_alone(tmp_path):
             assert reader.path == holder.path
         with pytest.raises(UsageError, match="is in use by process"):
             Session(root=tmp_path, name="s", resume=True)
+
+
+def test_a_session_closed_by_another_thread_is_released(tmp_path):
+    session = Session(root=tmp_path, name="s")
+    closer = threading.Thread(target=session.close)  # Prefect runs task bodies in worker threads
+    closer.start()
+    closer.join()
+    with Session(root=tmp_path, name="s", resume=True):
+        pass
