@@ -35,6 +35,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.utility.progress import console_handler
 
 __all__ = ["cli", "main"]
 
@@ -103,8 +104,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
 def _setup_logging(level: str) -> None:
     root = logging.getLogger()
     if not any(getattr(h, "_digideep_console", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+        handler = console_handler()  # rich above the progress bar on a terminal, plain lines elsewhere
         handler._digideep_console = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)

@@ -1,8 +1,10 @@
 """A Prefect server and a process worker on one machine, bound to 127.0.0.1.
 
 ``python -m flows.local_stack up`` (``make prefect-up``) starts the server, creates the process work
-pool, deploys everything in ``prefect.yaml`` and runs a worker until Ctrl-C. The tests start the same
-stack through :class:`LocalStack`.
+pool, deploys everything in ``prefect.yaml`` and runs a worker until Ctrl-C, SIGTERM or SIGHUP, which
+stop the server, the worker and everything they started (:mod:`digideep.utility.processes`). A port
+taken by a server left running is refused in one line. The tests start the same stack through
+:class:`LocalStack`.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from digideep.errors import UsageError
+from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "digideep-local"
@@ -67,7 +71,12 @@ class LocalStack:
     def _spawn(self, name: str, *args: str) -> subprocess.Popen:
         output = open(self.log_folder / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            [_prefect(), *args], cwd=self.project, env=self.env, stdout=output, stderr=output
+            [_prefect(), *args],
+            cwd=self.project,
+            env=self.env,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,  # its own process group: stop() ends the whole tree
         )
         self.processes.append(process)
         return process
@@ -87,6 +96,7 @@ class LocalStack:
         return result
 
     def start_server(self, timeout: float = 120) -> None:
+        check_port_free(self.port, "the Prefect server")
         server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -123,39 +133,41 @@ class LocalStack:
         self.start_worker()
 
     def stop(self) -> None:
+        """Stop the worker, then the server, each with every process it started."""
         for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for process in reversed(self.processes):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_tree(process)
         self.processes.clear()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(
         description="Start a Prefect server and worker for digideep on 127.0.0.1."
     )
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--port", type=int, default=4200)
     arguments = parser.parse_args()
-    stack = LocalStack(port=arguments.port)
-    stack.up()
-    print(
-        f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. Ctrl-C stops both."
-    )
-    print(f"Use this server from another shell: export PREFECT_API_URL={stack.api_url}")
-    try:
-        while all(p.poll() is None for p in stack.processes):
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stack.stop()
+    home = os.environ.get("PREFECT_HOME")
+    stack = LocalStack(port=arguments.port, home=Path(home) if home else None)
+    with stop_on_signals():
+        try:
+            stack.up()
+            print(
+                f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. "
+                "Ctrl-C stops both.",
+                flush=True,
+            )
+            print(f"Use this server from another shell: export PREFECT_API_URL={stack.api_url}", flush=True)
+            while all(p.poll() is None for p in stack.processes):
+                time.sleep(1)
+        except UsageError as error:
+            print(f"local_stack: error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stack.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

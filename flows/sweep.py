@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
-
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+from prefect.flow_runs import wait_for_flow_run
+from prefect.utilities.asyncutils import run_coro_as_sync
 
 
 def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> list[dict[str, Any]]:
@@ -72,7 +70,8 @@ def sweep(
         seeds: seeds to run for every grid point.
         base_cpanel: cpanel overrides shared by every run (the grid's values win).
         session_path: where the train runs keep their sessions (passed to them, and read back).
-        poll_seconds: how often to poll the runs' states.
+        poll_seconds: unused: the sweep now waits on the server's events (kept so that deployments
+            and scripts that pass it still validate).
     """
     logger = get_run_logger()
     runs = []
@@ -82,7 +81,7 @@ def sweep(
         flow_run = run_deployment(deployment, parameters=parameters, timeout=0, as_subflow=True)
         runs.append((cpanel, flow_run.id))
         logger.info("launched %s with cpanel %s", flow_run.name, json.dumps(cpanel))
-    states = _wait(runs, poll_seconds)
+    states = _wait(runs)
     rows = []
     for cpanel, flow_run_id in runs:
         row: dict[str, Any] = {
@@ -96,18 +95,12 @@ def sweep(
     return rows
 
 
-def _wait(runs: list[tuple[dict[str, Any], Any]], poll_seconds: float) -> dict[Any, str]:
-    states: dict[Any, str] = {}
-    with get_client(sync_client=True) as client:
-        while len(states) < len(runs):
-            for _, flow_run_id in runs:
-                if flow_run_id not in states:
-                    state = client.read_flow_run(flow_run_id).state
-                    if state is not None and state.type.value in TERMINAL:
-                        states[flow_run_id] = state.type.value
-            if len(states) < len(runs):
-                time.sleep(poll_seconds)
-    return states
+def _wait(runs: list[tuple[dict[str, Any], Any]]) -> dict[Any, str]:
+    """The final state type of every run, waiting on the server's events (no polling, no time limit)."""
+    return {
+        flow_run_id: run_coro_as_sync(wait_for_flow_run(flow_run_id, timeout=None)).state.type.value
+        for _, flow_run_id in runs
+    }
 
 
 def _session_result(root: Path, flow_run_id: str) -> dict[str, Any]:

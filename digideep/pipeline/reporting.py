@@ -1,15 +1,16 @@
-"""What the Runner reports: metrics from the Monitor and Profiler, and the progress line."""
+"""What the Runner reports: metrics from the Monitor and Profiler, the progress line and bar fields."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from digideep.tracking.naming import metrics_from_summary
 
 if TYPE_CHECKING:
     from digideep.pipeline.runner import Runner
 
-__all__ = ["format_duration", "metrics_from_summaries", "progress_line"]
+__all__ = ["metrics_from_summaries", "progress_fields", "progress_line"]
 
 
 def metrics_from_summaries(
@@ -29,31 +30,42 @@ def metrics_from_summaries(
 
 
 def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
-    """One readable line: epoch, frames, episodic returns, speed and time left.
+    """The per-epoch log line: epoch, frames, episodic returns, speed and time left.
+
+    Kept beside the rich bar (:class:`~digideep.utility.progress.ProgressBar`): it is the progress
+    report where stderr is no terminal, and its time left comes from the run's wall time over all
+    its sessions, which survives a resume (the bar estimates from its own recent speed).
 
     Args:
         runner: the run.
         metrics: what :meth:`Runner.log` computed (``explore/<mode>/episode_return``,
             ``charts/frames_per_second``).
     """
+    fields = progress_fields(runner, metrics)
     total, iterations = runner.number_epochs, runner.counters.iteration
-    epoch = f"epoch {runner.epoch}/{total}"
+    epoch = f"epoch {fields['epoch']}"
     if iterations % runner.epoch_size:
         epoch += f" (iteration {iterations % runner.epoch_size}/{runner.epoch_size})"
-    parts = [epoch, f"frames {runner.counters.frames:,}"]
-    for mode in ("train", "test"):
-        value = metrics.get(f"explore/{mode}/episode_return")
-        if value is not None:
-            parts.append(f"{mode} return {value:.1f}")
-    parts.append(f"{metrics.get('charts/frames_per_second', 0.0):,.0f} frames/s")
+    parts = [epoch, f"frames {fields['frames']:,}"]
+    parts += [f"{mode} return {fields[mode]:.1f}" for mode in ("train", "test") if mode in fields]
+    parts.append(f"{fields['fps']:,.0f} frames/s")
     left = total * runner.epoch_size - iterations
     if iterations and left > 0:
-        parts.append(f"left ~{format_duration(runner._wall_time_now() / iterations * left)}")
+        parts.append(f"left ~{timedelta(seconds=int(runner._wall_time_now() / iterations * left))}")
     return " | ".join(parts)
 
 
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+def progress_fields(runner: Runner, metrics: dict[str, float]) -> dict[str, Any]:
+    """``epoch`` ("3/20"), ``frames``, ``fps`` and, where ``metrics`` has them, ``train``/``test`` returns."""
+    returns = {
+        mode: value
+        for mode in ("train", "test")
+        if (value := metrics.get(f"explore/{mode}/episode_return")) is not None
+    }
+    fps = metrics.get("charts/frames_per_second", 0.0)
+    return {
+        "epoch": f"{runner.epoch}/{runner.number_epochs}",
+        "frames": runner.counters.frames,
+        "fps": fps,
+        **returns,
+    }

@@ -40,7 +40,7 @@ from digideep.pipeline.checkpoint import (
     save_checkpoint,
 )
 from digideep.pipeline.devices import configure_determinism, requested_determinism
-from digideep.pipeline.reporting import metrics_from_summaries, progress_line
+from digideep.pipeline.reporting import metrics_from_summaries, progress_fields, progress_line
 from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
@@ -319,8 +319,8 @@ class Runner:
         )
         return reason
 
-    def status_line(self) -> str:
-        """The progress line between logs: returns so far this interval, speed since the last log."""
+    def status_fields(self) -> dict[str, Any]:
+        """The progress bar's fields between logs: returns so far this interval, speed since the last log."""
         summary = monitor.summary()
         metrics = {
             f"explore/{mode}/episode_return": summary[name]["mean"]
@@ -328,7 +328,7 @@ class Runner:
             if (name := f"/explore/{mode}/episode_return") in summary
         }
         metrics["charts/frames_per_second"] = self._frames_per_second()
-        return progress_line(self, metrics)
+        return progress_fields(self, metrics)
 
     def _frames_per_second(self) -> float:
         """Train frames per second since the last log stage."""

@@ -9,11 +9,15 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
     checkpoints/       checkpoint-<iteration>/{runner.json, states.pt}
     memory/<name>.zarr the durable copies of the replay memories
     videos/            evaluation videos
-    .lock              the pid and host of the process using the session
+    .lock              the kernel lock (``flock``) of the process using the session
+    .lock.json         that process's pid and host, for the message that refuses a second one
     done.json          written when training finished
 
-Only one process may use a session at a time: a second one is refused with a message, and a lock
-left by a dead process on this host is recognised as stale and taken over.
+Only one process may use a session at a time: a second one is refused with a one-line message
+naming the holder. The lock is a kernel lock on ``.lock`` (:class:`filelock.FileLock`), so it dies
+with its holder: a crashed run leaves no stale lock to clean up, and no starter ever removes
+another's lock file (removing and retaking by hand let two starters hold the lock at once).
+Processes forked after the lock was taken (the environment workers) share it until they exit.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import psutil
 import torch
+from filelock import FileLock, Timeout
 
 from digideep import __version__
 from digideep.errors import UsageError
@@ -88,10 +93,17 @@ class Session:
             raise UsageError(
                 f"session '{self.path}' already exists; resume it or choose another --session-name"
             )
-        self._lock_path = self.path / ".lock"
+        # thread_local=False: the Session owns the lock whichever thread (a Prefect task) closes it
+        self._lock = FileLock(self.path / ".lock", timeout=0, thread_local=False)
+        self._owner_path = self.path / ".lock.json"
         self._log_handler: logging.Handler | None = None
         self._locked = lock
-        self.path.mkdir(parents=True, exist_ok=resume)
+        try:
+            self.path.mkdir(parents=True, exist_ok=resume)
+        except FileExistsError:  # another starter created it since the check above
+            raise UsageError(
+                f"session '{self.path}' already exists; resume it or choose another --session-name"
+            ) from None
         if lock:
             try:
                 self._acquire_lock()
@@ -187,24 +199,15 @@ class Session:
 
     # -- lock and log --------------------------------------------------------------------------
     def _acquire_lock(self) -> None:
-        owner = {"pid": os.getpid(), "host": socket.gethostname()}
-        for _ in range(2):
-            try:
-                fd = os.open(self._lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = _read_lock(self._lock_path)
-                if holder and _is_alive(holder):
-                    raise UsageError(
-                        f"session '{self.path}' is in use by process {holder['pid']} on {holder['host']}; "
-                        "wait for it to finish or stop it"
-                    ) from None
-                log.warning("removing stale lock of session %s (holder %s is gone)", self.path, holder)
-                self._lock_path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as file:
-                json.dump(owner, file)
-            return
-        raise UsageError(f"could not lock session '{self.path}'; another process is taking it")
+        try:
+            self._lock.acquire()
+        except Timeout:
+            holder = _read_owner(self._owner_path)
+            by = f"process {holder['pid']} on {holder['host']}" if holder else "another process"
+            raise UsageError(
+                f"session '{self.path}' is in use by {by}; wait for it to finish or stop it"
+            ) from None
+        atomic_write_json(self._owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
 
     def _attach_log_file(self) -> None:
         handler = logging.FileHandler(self.log_path, encoding="utf-8")
@@ -219,9 +222,8 @@ class Session:
             self._log_handler.close()
             self._log_handler = None
         if self._locked:
-            holder = _read_lock(self._lock_path)
-            if holder and holder.get("pid") == os.getpid():
-                self._lock_path.unlink(missing_ok=True)
+            self._owner_path.unlink(missing_ok=True)  # still ours: the kernel lock is held until below
+            self._lock.release()
             self._locked = False
 
     def __enter__(self) -> Session:
@@ -234,24 +236,16 @@ class Session:
         return f"Session({str(self.path)!r})"
 
 
-def _read_lock(path: Path) -> dict[str, Any] | None:
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    """The pid and host of the lock's holder, or None when unknown or left by a process now gone."""
     try:
-        return json.loads(path.read_text())
+        owner = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _is_alive(holder: dict[str, Any]) -> bool:
-    """Whether the lock holder still runs. A holder on another host is assumed alive."""
-    if holder.get("host") != socket.gethostname():
-        return True
-    pid = holder.get("pid")
-    if not isinstance(pid, int) or not psutil.pid_exists(pid):
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+        return None  # the holder has not written it yet
+    pid = owner.get("pid") if isinstance(owner, dict) else None
+    if not isinstance(pid, int) or (owner.get("host") == socket.gethostname() and not psutil.pid_exists(pid)):
+        return None  # left by a crashed holder; the new one has not written its own yet
+    return owner
 
 
 def _remove_empty_tree(path: Path) -> None:

@@ -9,6 +9,7 @@ checkpoint, and open the experiment tracker. :func:`close_run` ends it truthfull
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
 from digideep.pipeline.session import DEFAULT_ROOT, Session
-from digideep.utility.progress import LiveLine
+from digideep.utility.progress import ProgressBar
 
 __all__ = ["RunHandle", "close_run", "open_run", "run_training"]
 
@@ -170,20 +171,23 @@ def run_training(
 ) -> str:
     """Train an opened run to its end and close it; return why it stopped.
 
-    On a terminal a live line shows the progress after every iteration (see
-    :class:`~digideep.utility.progress.LiveLine`); elsewhere the per-epoch log lines do.
+    On a terminal a progress bar shows the run after every iteration (see
+    :class:`~digideep.utility.progress.ProgressBar`); elsewhere the per-epoch log lines do.
     """
     if handle is None:
         return "already finished"
     runner = handle.runner
-    with running(handle), LiveLine() as live:
-        if not live.enabled:
+    total = runner.number_epochs * runner.epoch_size
+    with running(handle), ProgressBar(total, runner.counters.iteration) as bar:
+        if not bar.enabled:
             return runner.train(call, per_iteration)
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
             if stage in ("update", "iterate"):
-                live.show(runner.status_line())
+                bar.update(runner.counters.iteration, **runner.status_fields())
+            elif stage == "test" and not math.isnan(result):
+                bar.update(runner.counters.iteration, test=result)
             return result
 
         return runner.train(call_and_show, per_iteration)

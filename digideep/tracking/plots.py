@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from digideep.utility.files import atomic_write_bytes
 
 __all__ = ["plot_learning_curves"]
 
@@ -62,12 +63,7 @@ def plot_learning_curves(
     axes.legend(loc="best", fontsize="small")
     figure.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_png.parent, prefix=f".{out_png.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            figure.savefig(file, format="png")
-        os.replace(tmp, out_png)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    atomic_write_bytes(out_png, png.getvalue())
     return out_png

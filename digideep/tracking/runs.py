@@ -35,6 +35,7 @@ from digideep.tracking.naming import (
     tracking_uri_of,
 )
 from digideep.tracking.plots import plot_learning_curves
+from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree
 
 __all__ = [
     "DEFAULT_RETURN_METRIC",
@@ -296,11 +297,16 @@ def _run_ui(tracking_uri: str | None, data_root: str, port: int) -> int:
     uri, artifacts = resolve_tracking_uri(tracking_uri, data_root)
     if is_http_uri(uri):
         raise UsageError(f"the tracking server at {uri} serves the UI already; open it in a browser")
+    check_port_free(port, "the MLflow UI")
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     if artifacts:
         command += ["--artifacts-destination", artifacts]
-    try:
-        return subprocess.call(command)
-    except KeyboardInterrupt:
-        return 130
+    with stop_on_signals():  # Ctrl-C, SIGTERM and SIGHUP stop mlflow ui and its workers
+        ui = subprocess.Popen(command, start_new_session=True)
+        try:
+            return ui.wait()
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            stop_tree(ui)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
+from types import ModuleType
 from typing import Any
 
 __all__ = ["class_path", "import_object"]
@@ -11,20 +12,23 @@ __all__ = ["class_path", "import_object"]
 def import_object(path: str) -> Any:
     """Return the object that ``path`` (``package.module.Name`` or ``package.module:Name``) names.
 
+    :func:`pkgutil.resolve_name` does the lookup; this adds messages that name ``path``.
+
     Raises:
         ImportError: with a message naming ``path`` when the module or the name does not exist.
     """
-    module_name, _, name = path.replace(":", ".").rpartition(".")
-    if not module_name:
+    if not isinstance(path, str) or ("." not in path and ":" not in path):
         raise ImportError(f"'{path}' is not a dotted path like 'package.module.Name'")
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        raise ImportError(f"'{path}': module '{module_name}' not found ({error})") from None
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise ImportError(f"'{path}': module '{module_name}' has no '{name}'") from None
+        return pkgutil.resolve_name(path)
+    except ValueError:
+        raise ImportError(f"'{path}' is not a dotted path like 'package.module.Name'") from None
+    except ImportError as error:
+        raise ImportError(f"'{path}': {error}") from None
+    except AttributeError as error:
+        owner = getattr(error.obj, "__name__", type(error.obj).__name__)
+        kind = "module" if isinstance(error.obj, ModuleType) else "object"
+        raise ImportError(f"'{path}': {kind} '{owner}' has no '{error.name}'") from None
 
 
 def class_path(obj: object) -> str:

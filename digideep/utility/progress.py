@@ -1,73 +1,85 @@
-"""A live progress line on a terminal; nothing extra when the output is not one.
+"""Training progress: a rich progress bar under the log lines on a terminal, plain lines elsewhere.
 
-On a terminal, :class:`LiveLine` keeps one line at the bottom of the console, rewritten in place
-(after every training iteration), and clears it before any log record is printed so that log lines
-stay whole. When stderr is a file or a pipe (CI, ``nohup``, a Prefect worker) it does nothing and
-the per-epoch log lines are the progress report.
+On a terminal the console log handler is :class:`rich.logging.RichHandler` and the bar a
+:class:`rich.progress.Progress`, both on :data:`CONSOLE`, so log records print above the bar. When
+stderr is a file or a pipe (CI, ``nohup``, a Prefect worker) the handler is a plain
+``StreamHandler`` with one line per record and there is no bar: the per-epoch log lines
+(:func:`digideep.pipeline.reporting.progress_line`) are the progress report.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
-from typing import TextIO
+from typing import Any
 
-__all__ = ["LiveLine"]
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-_CLEAR = "\r\x1b[K"
+__all__ = ["CONSOLE", "ProgressBar", "console_handler"]
 
-
-class _ClearBeforeRecord(logging.Filter):
-    """Clears the live line before a console handler prints a record."""
-
-    def __init__(self, line: LiveLine) -> None:
-        super().__init__()
-        self.line = line
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.line.clear()
-        return True
+CONSOLE = Console(stderr=True)
+PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
 
 
-class LiveLine:
-    """One status line rewritten in place on a terminal.
+def console_handler() -> logging.Handler:
+    """The console log handler: rich on a terminal (above the bar), plain lines elsewhere."""
+    if CONSOLE.is_terminal:
+        return RichHandler(console=CONSOLE, show_path=False, log_time_format="%H:%M:%S")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(PLAIN_FORMAT, "%H:%M:%S"))
+    return handler
+
+
+class ProgressBar:
+    """Iterations done, frames, train and test return, frames per second and time remaining.
+
+    Does nothing when :data:`CONSOLE` is not a terminal (``enabled`` is False).
 
     Args:
-        stream: where to write (stderr by default); the line is shown only if it is a TTY.
+        total: iterations of the whole run.
+        completed: iterations already done (a resumed run).
     """
 
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._shown = False
-        self._filter = _ClearBeforeRecord(self)
-        self._handlers: list[logging.Handler] = []
+    def __init__(self, total: int, completed: int = 0) -> None:
+        self.enabled = CONSOLE.is_terminal
+        self._progress = Progress(
+            TextColumn("epoch {task.fields[epoch]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[frames]:,} frames"),
+            TextColumn("train {task.fields[train]} test {task.fields[test]}"),
+            TextColumn("{task.fields[fps]:,.0f} frames/s"),
+            TimeRemainingColumn(),
+            console=CONSOLE,
+        )
+        self._task = self._progress.add_task(
+            "train", total=total, completed=completed, epoch="", frames=0, train="-", test="-", fps=0.0
+        )
+        self._restore: list[tuple[logging.StreamHandler, Any]] = []
 
-    def show(self, text: str) -> None:
-        """Replace the line with ``text`` (cut to the terminal's width)."""
+    def update(self, completed: int, **fields: Any) -> None:
+        """Show ``completed`` iterations and any of the fields ``epoch`` ("3/20"), ``frames``,
+        ``fps``, ``train`` and ``test`` (returns); a field not given keeps the value shown before.
+        """
         if self.enabled:
-            width = shutil.get_terminal_size((120, 20)).columns - 1
-            self.stream.write(_CLEAR + text[:width])
-            self.stream.flush()
-            self._shown = True
+            for mode in ("train", "test"):
+                if isinstance(fields.get(mode), float | int):
+                    fields[mode] = f"{fields[mode]:.1f}"
+            self._progress.update(self._task, completed=completed, **fields)
 
-    def clear(self) -> None:
-        if self._shown:
-            self.stream.write(_CLEAR)
-            self.stream.flush()
-            self._shown = False
-
-    def __enter__(self) -> LiveLine:
+    def __enter__(self) -> ProgressBar:
         if self.enabled:
-            for handler in logging.getLogger().handlers:
-                if getattr(handler, "stream", None) is self.stream:
-                    handler.addFilter(self._filter)
-                    self._handlers.append(handler)
+            self._progress.start()  # from here sys.stderr is rich's proxy, which prints above the bar
+            for handler in (*logging.getLogger().handlers, *logging.getLogger("prefect").handlers):
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.__stderr__:
+                    self._restore.append((handler, handler.setStream(sys.stderr)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.clear()
-        for handler in self._handlers:
-            handler.removeFilter(self._filter)
-        self._handlers.clear()
+        for handler, stream in self._restore:
+            handler.setStream(stream)
+        self._restore.clear()
+        if self.enabled:
+            self._progress.stop()

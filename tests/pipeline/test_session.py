@@ -1,8 +1,10 @@
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +32,8 @@ def test_new_session_creates_its_layout_and_files(tmp_path):
         assert session.device_request == "auto"
         assert session.device.type == ("cuda" if CUDA else "cpu")
     assert "hello log file" in (tmp_path / "s1" / "log.txt").read_text()
-    assert not (tmp_path / "s1" / ".lock").exists()
+    with Session(root=tmp_path, name="s1", resume=True):  # closing released the lock
+        pass
 
 
 def test_generated_name_has_time_and_params_name(tmp_path):
@@ -59,13 +62,16 @@ def test_second_process_is_refused_while_the_first_holds_the_lock(tmp_path):
         )
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "is in use by process" in result.stdout
+    assert result.stdout == (
+        f"session '{tmp_path / 's'}' is in use by process {os.getpid()} on {socket.gethostname()}; "
+        "wait for it to finish or stop it\n"
+    )
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     code = f"from digideep.pipeline.session import Session\nSession(root={str(tmp_path)!r}, name='s')\nimport os\nos._exit(0)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    assert (tmp_path / "s" / ".lock").exists()  # the dead process never released it
+    assert (tmp_path / "s" / ".lock.json").exists()  # the dead process never cleaned up
     with Session(root=tmp_path, name="s", resume=True) as session:
         assert session.path.is_dir()
 
@@ -176,3 +182,20 @@ def test_deterministic_mode_sets_torch_and_cublas(monkeypatch, restore_determini
     assert torch.are_deterministic_algorithms_enabled()
     assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_reading_a_session_in_use_leaves_its_lock_alone(tmp_path):
+    with Session(root=tmp_path, name="s") as holder:
+        with Session(root=tmp_path, name="s", resume=True, lock=False) as reader:  # play a checkpoint
+            assert reader.path == holder.path
+        with pytest.raises(UsageError, match="is in use by process"):
+            Session(root=tmp_path, name="s", resume=True)
+
+
+def test_a_session_closed_by_another_thread_is_released(tmp_path):
+    session = Session(root=tmp_path, name="s")
+    closer = threading.Thread(target=session.close)  # Prefect runs task bodies in worker threads
+    closer.start()
+    closer.join()
+    with Session(root=tmp_path, name="s", resume=True):
+        pass

@@ -1,0 +1,98 @@
+"""Servers that digideep starts (``mlflow ui``, the Prefect server and worker) and how they stop.
+
+Each child runs in its own session (``start_new_session=True``), so a terminal's Ctrl-C reaches only
+digideep, which then stops every child and everything the child started: SIGINT to the child's
+process group, a grace period, then SIGKILL to whatever of the tree is left (descendants that
+moved to a group of their own included, found through psutil). While :func:`stop_on_signals` is
+active, SIGTERM and SIGHUP interrupt digideep like Ctrl-C does, so its cleanup runs for them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import psutil
+
+from digideep.errors import UsageError
+
+__all__ = ["check_port_free", "stop_on_signals", "stop_tree"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While active, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt (so ``finally`` blocks run).
+
+    Only the first signal interrupts: later ones are ignored so that they cannot cut the cleanup
+    short (:func:`stop_tree` ends in SIGKILL after a bounded grace period).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
+    """Stop ``process`` (started with ``start_new_session=True``) and every process it started.
+
+    SIGINT goes to its process group (servers shut down cleanly on it); whatever of the tree still
+    runs after ``grace`` seconds is killed.
+    """
+    try:
+        leader = psutil.Process(process.pid)
+        tree = [leader, *leader.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for member in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(tree, timeout=10)
+    process.wait()
+
+
+def check_port_free(port: int, what: str, host: str = "127.0.0.1") -> None:
+    """Refuse to start ``what`` on a port something already listens on (a server left running).
+
+    Raises:
+        UsageError: one line naming the port and, where this user may see it, the process on it.
+    """
+    with socket.socket() as probe:
+        if probe.connect_ex((host, port)) != 0:
+            return
+    holder = ""
+    with contextlib.suppress(psutil.Error, OSError):
+        for connection in psutil.net_connections("tcp"):
+            if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+                process = psutil.Process(connection.pid)
+                holder = f" by process {process.pid} ({' '.join(process.cmdline()[:4])[:80]})"
+                break
+    raise UsageError(
+        f"cannot start {what}: port {port} on {host} is taken{holder}; "
+        "stop that process (a server left running?) or choose another --port"
+    )

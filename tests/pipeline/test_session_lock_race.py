@@ -1,0 +1,77 @@
+"""Eight starters released together onto one session: exactly one may hold it.
+
+The starters are forked processes (digideep and torch are imported once, by the test) that wait on
+a barrier, try to open the session at the same instant, and then wait on a second barrier while
+still holding what they got, so that two holders at once would both be counted.
+"""
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from digideep.errors import UsageError
+from digideep.pipeline.session import Session
+
+STARTERS = 8
+TRIALS = 20
+
+
+def _start(root, name, resume, barrier, results):
+    barrier.wait(timeout=60)
+    session = None
+    try:
+        session = Session(root=root, name=name, resume=resume, device="cpu")
+        results.put(("held", os.getpid()))
+    except UsageError as error:
+        results.put(("refused", str(error)))
+    except Exception as error:
+        results.put(("error", repr(error)))
+    barrier.wait(timeout=60)  # every other starter has tried while the holder holds the session
+    if session is not None:
+        session.close()
+
+
+def _race(root, name, resume):
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(STARTERS), context.Queue()
+    starters = [
+        context.Process(target=_start, args=(root, name, resume, barrier, results)) for _ in range(STARTERS)
+    ]
+    for starter in starters:
+        starter.start()
+    outcomes = [results.get(timeout=60) for _ in starters]
+    for starter in starters:
+        starter.join(timeout=60)
+        assert starter.exitcode == 0
+    return outcomes
+
+
+def _dead_pid():
+    process = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    process.start()
+    process.join()
+    return process.pid
+
+
+@pytest.mark.parametrize("case", ["fresh", "stale", "new"])
+def test_exactly_one_of_eight_simultaneous_starters_holds_the_session(tmp_path, case):
+    dead = _dead_pid()
+    for trial in range(TRIALS):
+        name = f"s{trial}"
+        folder = tmp_path / name
+        if case != "new":
+            folder.mkdir()
+        if case == "stale":  # what a crashed holder leaves: the lock file and its pid, now gone
+            (folder / ".lock").write_text("")
+            (folder / ".lock.json").write_text(json.dumps({"pid": dead, "host": os.uname().nodename}))
+        outcomes = _race(tmp_path, name, resume=case != "new")
+        held = [value for kind, value in outcomes if kind == "held"]
+        refused = [value for kind, value in outcomes if kind == "refused"]
+        assert len(held) == 1 and len(refused) == STARTERS - 1, f"trial {trial}: {outcomes}"
+        reason = "already exists" if case == "new" else "is in use by"
+        for message in refused:
+            assert "\n" not in message and f"session '{folder}' {reason}" in message
+        with Session(root=tmp_path, name=name, resume=True, device="cpu"):  # released at the end
+            pass
