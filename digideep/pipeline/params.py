@@ -69,9 +69,13 @@ def available_params(root: Path | None = None) -> list[str]:
 
 
 def _normalise_module_name(name: str) -> str:
-    """Accept ``params.x``, ``x`` and ``params/x.py``; return a dotted module name."""
+    """Accept ``params.x``, ``x`` and a path to ``params/x.py`` (relative or absolute); return a dotted name.
+
+    A ``.py`` path reaching here names a file of the project's ``params/`` folder (:func:`_outside_file`
+    takes the others), so its module is ``params.<stem>`` however the path was written.
+    """
     if name.endswith(".py"):
-        name = name[: -len(".py")].replace("/", ".").replace("\\", ".")
+        return f"{PARAMS_PACKAGE}.{Path(name).stem}"
     return name if "." in name else f"{PARAMS_PACKAGE}.{name}"
 
 

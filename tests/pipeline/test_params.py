@@ -12,8 +12,10 @@ def test_resolve_applies_overrides_and_generates_the_tree(params_project):
     assert resolved.params["env"]["model_name"] == "Hopper-v5"
 
 
-@pytest.mark.parametrize("name", ["params.demo", "demo", "params/demo.py"])
+@pytest.mark.parametrize("name", ["params.demo", "demo", "params/demo.py", "./params/demo.py", "ABSOLUTE"])
 def test_module_name_forms(params_project, name):
+    if name == "ABSOLUTE":  # the project's own file named by its absolute path
+        name = str(params_project / "params" / "demo.py")
     assert resolve_params(name).module == "params.demo"
 
 
