@@ -46,7 +46,7 @@ def test_no_attempt_during_the_pause_but_one_last_at_close() -> None:
 
 
 def test_a_refusal_stops_sending() -> None:
-    store = FlakyStore(down=1, error=MlflowException("run is deleted", error_code="RESOURCE_DOES_NOT_EXIST"))
+    store = FlakyStore(down=1, error=MlflowException.invalid_parameter_value("run is deleted"))
     sender = BackgroundSender(store.send, asynchronous=False, retry_after=0.0)
     assert not sender.drain() and sender.refused
     assert not sender.close() and store.calls == 0
