@@ -10,7 +10,7 @@ checkpoint every epoch, a replay ring of 70 frames that wraps), real subprocesse
 index says, resumed (``--resume``) until it finishes, and compared:
 
 * ``random``: SIGKILL after a random fraction of the reference's wall time (iterations, logs);
-* ``checkpoint``: SIGKILL as soon as a checkpoint is being written (``checkpoints/.staging``), or
+* ``checkpoint``: SIGKILL as soon as a checkpoint is being written (``checkpoints/.tmp-checkpoint-staging``), or
   right after one committed, the first, second or third of them;
 * ``journal``: SIGKILL right after the metrics journal grew (a log or a checkpoint's record, while
   the tracker's thread sends and flushes);
@@ -99,7 +99,7 @@ def faulted_run(
 
         def condition() -> bool:
             done = len(list(checkpoints.glob("checkpoint-*"))) if checkpoints.is_dir() else 0
-            writing = staging and any((checkpoints / ".staging").glob("*"))
+            writing = staging and any((checkpoints / ".tmp-checkpoint-staging").glob("*"))
             return done >= nth or (done == nth - 1 and writing)
 
         where = f"checkpoint {nth} ({'while written' if staging else 'committed'})"
@@ -115,7 +115,7 @@ def faulted_run(
         def condition() -> bool:
             return (session / "done.json").exists()
     else:
-        delay = rng.uniform(0.3, 1.0) * wall
+        delay = rng.uniform(0.1, 0.8) * wall  # the reference's wall time includes its start-up
         start = time.monotonic()
         where = f"after {delay:.1f} s"
 
@@ -193,11 +193,14 @@ def main(n: int = 10, seed: int = 0, out=sys.stdout) -> tuple[int, int]:
                 down = outage(port, root, holder, wall, rng) if index % 5 == 4 else None
                 name = f"run{index:03d}"
                 began = time.monotonic()
-                where = faulted_run(root, name, kind, wall, env, rng, down.join if down else lambda: None)
-                if down is not None:
-                    where += ", MLflow server killed and restarted"
-                    finish(_sync_command(root, name), env)  # what the server missed at the run's end
-                problem = compare(root, name, reference, client)
+                try:
+                    where = faulted_run(root, name, kind, wall, env, rng, down.join if down else lambda: None)
+                    if down is not None:
+                        where += ", MLflow server killed and restarted"
+                        finish(_sync_command(root, name), env)  # what the server missed at the run's end
+                    problem = compare(root, name, reference, client)
+                except Exception as error:  # a resume that failed: report it, go on with the next run
+                    where, problem = "?", f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"
                 identical += problem is None
                 verdict = "identical" if problem is None else f"DIFFERS: {problem}"
                 out.write(f"{name} {kind:10s} killed {where}: {verdict} ({time.monotonic() - began:.0f} s)\n")

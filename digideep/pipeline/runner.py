@@ -215,8 +215,8 @@ class Runner:
     def checkpoint(self) -> str:
         """Flush the memories, write the two checkpoint files, apply retention; return the folder.
 
-        The files are written under ``checkpoints/.staging/`` and the checkpoint commits when its
-        folder is renamed into ``checkpoints/``. Between the two, the checkpoint's own duration is
+        The files are written under ``checkpoints/.tmp-checkpoint-staging/`` and the checkpoint
+        commits when its folder is renamed into ``checkpoints/``. Between the two, the checkpoint's own duration is
         appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
         committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
         records before it, and resuming keeps this one record too (see
@@ -233,7 +233,9 @@ class Runner:
         self.counters.last_checkpoint = iteration
         for memory in self.memories.values():
             memory.flush()
-        staging = self.session.checkpoints_path / ".staging"  # what a crash left here never committed
+        staging = (
+            self.session.checkpoints_path / ".tmp-checkpoint-staging"
+        )  # a crash's leftovers: never committed
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         written = save_checkpoint(staging, iteration, self.runner_info(), self.state_dict())
@@ -241,6 +243,7 @@ class Runner:
             elapsed = time.perf_counter() - started
             self.journal.append(self.counters.frames, {CHECKPOINT_METRIC: elapsed}, checkpoint=iteration)
         saved = _commit(written, self.session.checkpoints_path)
+        staging.rmdir()
         best = self.counters.best_checkpoint
         for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
             log.debug("retention removed %s", deleted)
@@ -451,7 +454,7 @@ def resume_checkpoint(session: Session) -> Checkpoint:
 
 
 def _commit(written: Checkpoint, folder: Path) -> Checkpoint:
-    """Move a checkpoint written under ``<folder>/.staging/`` into ``folder``: the commit."""
+    """Move a checkpoint written in a staging folder under ``folder`` into ``folder``: the commit."""
     final = folder / written.path.name
     if final.exists():  # a checkpoint of the same iteration from a run that was not resumed from it
         shutil.rmtree(final)
