@@ -9,7 +9,7 @@ checkpoint every epoch, a replay ring of 70 frames that wraps), real subprocesse
 127.0.0.1. One uninterrupted run is the reference. Then each of the N runs is killed where its
 index says, resumed (``--resume``) until it finishes, and compared:
 
-* ``random``: SIGKILL after a random fraction of the reference's wall time (iterations, logs);
+* ``random``: SIGKILL at a random moment: up to 1.5 s after a random journal record (iterations);
 * ``checkpoint``: SIGKILL as soon as a checkpoint is being written (``checkpoints/.tmp-checkpoint-staging``), or
   right after one committed, the first, second or third of them;
 * ``journal``: SIGKILL right after the metrics journal grew (a log or a checkpoint's record, while
@@ -114,20 +114,22 @@ def faulted_run(
 
         def condition() -> bool:
             return (session / "done.json").exists()
-    else:
-        delay = rng.uniform(0.1, 0.8) * wall  # the reference's wall time includes its start-up
-        start = time.monotonic()
-        where = f"after {delay:.1f} s"
+    else:  # a random moment of training: after a random record, plus up to 1.5 s (iterations)
+        records, delay = rng.randint(1, 10), rng.uniform(0.0, 1.5)
+        where = f"{delay:.2f} s after journal record {records}"
+        seen: list[float] = []
 
         def condition() -> bool:
-            return time.monotonic() - start >= delay
+            if not seen and journal.exists() and journal.read_bytes().count(b"\n") >= records:
+                seen.append(time.monotonic())
+            return bool(seen) and time.monotonic() - seen[0] >= delay
 
     killed = kill_when(process, condition)
     where = where if killed else where + " (ended first)"
     server_up()
     if kind == "resume" and killed and not (session / "done.json").exists():
         resume = launch(resume_command(root, name), env)
-        delay, start = rng.uniform(0.1, 0.9) * wall, time.monotonic()
+        delay, start = rng.uniform(0.05, 0.5) * wall, time.monotonic()  # start-up, rebuild, replay
         if kill_when(resume, lambda: time.monotonic() - start >= delay):
             where += f", resume killed after {delay:.1f} s"
     finish(resume_command(root, name), env)
