@@ -13,6 +13,7 @@
     digideep resume SESSION
     digideep play CHECKPOINT [--video]
     digideep runs [compare RUN ...]
+    digideep runs sync SESSION [--tracking-uri URI]
     digideep envs --list-include REGEX | --model ID ...     # python -m digideep.environment.play
 
 ``--device`` and ``--deterministic`` work with every command but ``runs`` (see
@@ -254,6 +255,39 @@ def command_envs(args: argparse.Namespace) -> int:
     return envs_cli(args.rest, prog="digideep envs")
 
 
+def command_sync(args: argparse.Namespace) -> int:
+    """Send what a session's metrics journal holds that its MLflow run lacks, and end the run."""
+    from digideep.pipeline.session import Session
+    from digideep.tracking.tracker import sync_session
+
+    root, name = _split_session(args.session, args.session_path)
+    with Session(root=root, name=name, resume=True) as session:  # refused while training runs
+        params = session.read_json("params.json")
+        cpanel = session.read_json("cpanel.json")
+        options = dict(params.get("tracking", {}).get("args", {}))
+        if args.tracking_uri:
+            options["tracking_uri"] = args.tracking_uri
+        print(sync_session(session, params, cpanel, **options))
+    return 0
+
+
+def _sync_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="digideep runs sync",
+        description="Send a session's metrics journal to MLflow (each step once): after a server "
+        "outage, or a run trained with tracking off; a finished session's run gets its learning "
+        "curve and ends FINISHED.",
+    )
+    parser.add_argument("session", help="session name (under --session-path) or path")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow store to send to (default: the session's own run, else $MLFLOW_TRACKING_URI "
+        "or the embedded store); another store than the session's gets a new run",
+    )
+    _add_common_options(parser)
+    return parser
+
+
 # -- parsers ------------------------------------------------------------------------------------
 def _build_cli_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -365,6 +399,9 @@ def _device_options(device: str | None, deterministic: bool) -> Iterator[None]:
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``digideep`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["runs", "sync"]:
+        args = _sync_parser().parse_args(argv[2:])
+        return _run(command_sync, args)
     if argv[:1] == ["runs"]:  # 'runs' has its own parser: hand it everything after the word
         return _run(command_runs, argparse.Namespace(rest=argv[1:], log_level="WARNING"))
     if argv[:1] == ["envs"]:  # so has 'envs' (digideep.environment.play)

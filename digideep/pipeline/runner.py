@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -44,6 +45,8 @@ from digideep.pipeline.reporting import metrics_from_summaries, progress_fields,
 from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
+from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
+from digideep.utility.files import fsync_dir
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
@@ -81,9 +84,10 @@ class Runner:
     Args:
         session: the run's Session.
         params: the resolved params tree (see ``params/*.py``).
-        tracker: optional experiment tracker with ``log_metrics(metrics, step)``,
-            ``log_checkpoint(path)`` and ``finish(status)`` (see ``digideep.tracking``).
+        tracker: optional experiment tracker with ``flush(force)``, ``log_checkpoint(path)`` and
+            ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
+        journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
     """
 
     def __init__(
@@ -93,10 +97,14 @@ class Runner:
         *,
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
+        journal: MetricsJournal | None = None,
     ) -> None:
         self.session = session
         self.params = params
         self.tracker = tracker
+        if journal is None and "train" in modes:
+            journal = MetricsJournal(session.path / JOURNAL_FILE)
+        self.journal = journal
         settings = params["runner"]
         self.number_epochs: int = settings["number_epochs"]
         self.epoch_size: int = settings["epoch_size"]
@@ -199,38 +207,54 @@ class Runner:
         self.counters.last_log_frames = self.counters.frames
         metrics["charts/epoch"] = float(self.epoch)
         metrics["charts/iteration"] = float(self.counters.iteration)
+        if self.journal is not None:  # on disk first; the tracker sends what the journal holds
+            self.journal.append(self.counters.frames, metrics)
         if self.tracker is not None:
-            self.tracker.log_metrics(metrics, step=self.counters.frames)
+            self.tracker.flush(force=False)
         log.info(progress_line(self, metrics))
         monitor.reset()
         profiler.reset()
         return metrics
 
     def checkpoint(self) -> str:
-        """Flush the memories, write the two checkpoint files, apply retention; return the folder."""
-        with KeepTime("checkpoint"):
-            self._account_wall_time()
-            test_return = getattr(self, "_last_test_return", math.nan)
-            iteration = self.counters.iteration
-            if not math.isnan(test_return) and test_return > self.counters.best_test_return:
-                self.counters.best_test_return = test_return
-                self.counters.best_checkpoint = iteration
-            self.counters.last_checkpoint = iteration
-            if self.tracker is not None:
-                # metrics up to this checkpoint must be in MLflow before it exists: a resumed run
-                # does not log again the steps a checkpoint covers
-                self.tracker.flush(force=True, wait=True)
-            for memory in self.memories.values():
-                memory.flush()
-            saved = save_checkpoint(
-                self.session.checkpoints_path, iteration, self.runner_info(), self.state_dict()
-            )
-            for memory in self.memories.values():  # now the undo areas may go
-                memory.checkpoint_committed()
-            best = self.counters.best_checkpoint
-            for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
-                log.debug("retention removed %s", deleted)
+        """Flush the memories, write the two checkpoint files, apply retention; return the folder.
+
+        The files are written under ``checkpoints/.tmp-checkpoint-staging/`` and the checkpoint
+        commits when its folder is renamed into ``checkpoints/``. Between the two, the checkpoint's own duration is
+        appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
+        committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
+        records before it, and resuming keeps this one record too (see
+        :meth:`~digideep.tracking.journal.MetricsJournal.rewind`). MLflow is not waited for: the
+        journal holds the metrics whether the server answers or not.
+        """
+        started = time.perf_counter()
+        self._account_wall_time()
+        test_return = getattr(self, "_last_test_return", math.nan)
+        iteration = self.counters.iteration
+        if not math.isnan(test_return) and test_return > self.counters.best_test_return:
+            self.counters.best_test_return = test_return
+            self.counters.best_checkpoint = iteration
+        self.counters.last_checkpoint = iteration
+        for memory in self.memories.values():
+            memory.flush()
+        staging = (
+            self.session.checkpoints_path / ".tmp-checkpoint-staging"
+        )  # a crash's leftovers: never committed
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        written = save_checkpoint(staging, iteration, self.runner_info(), self.state_dict())
+        if self.journal is not None:
+            elapsed = time.perf_counter() - started
+            self.journal.append(self.counters.frames, {CHECKPOINT_METRIC: elapsed}, checkpoint=iteration)
+        saved = _commit(written, self.session.checkpoints_path)
+        staging.rmdir()
+        for memory in self.memories.values():  # committed: now the undo areas may go
+            memory.checkpoint_committed()
+        best = self.counters.best_checkpoint
+        for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
+            log.debug("retention removed %s", deleted)
         if self.tracker is not None:
+            self.tracker.flush(force=True)
             self.tracker.log_checkpoint(saved.path)
         log.info("checkpoint %s", saved.path)
         return str(saved.path)
@@ -367,6 +391,7 @@ class Runner:
             "memories": {name: memory.state_dict() for name, memory in self.memories.items()},
             "monitor": monitor.state_dict(),
             "rng": rng_state(),
+            "journal": self.journal.state_dict() if self.journal is not None else {},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -380,6 +405,9 @@ class Runner:
             components.restore_memory(memory, state["memories"][name])
         monitor.load_state_dict(state["monitor"])
         set_rng_state(state["rng"])
+        if self.journal is not None and "offset" in state.get("journal", {}):
+            # the replayed iterations append their records again
+            self.journal.rewind(state["journal"]["offset"], checkpoint=self.counters.iteration)
 
     @classmethod
     def from_checkpoint(
@@ -432,6 +460,16 @@ def resume_checkpoint(session: Session) -> Checkpoint:
             f"session '{session.path}' has no complete checkpoint to resume from; start a new run"
         )
     return found[-1]
+
+
+def _commit(written: Checkpoint, folder: Path) -> Checkpoint:
+    """Move a checkpoint written in a staging folder under ``folder`` into ``folder``: the commit."""
+    final = folder / written.path.name
+    if final.exists():  # a checkpoint of the same iteration from a run that was not resumed from it
+        shutil.rmtree(final)
+    os.rename(written.path, final)
+    fsync_dir(folder)
+    return Checkpoint(final, written.iteration)
 
 
 def _iteration_cap(max_iterations: int | None) -> int | None:

@@ -23,6 +23,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
 from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
 
 __all__ = ["RunHandle", "close_run", "open_run", "run_training"]
@@ -61,7 +62,9 @@ def open_run(
         session_name: the session's name (generated when None for a new run).
         session_path: the folder holding sessions.
         resume: reopen ``session_name`` (an existing session with no checkpoint starts over from
-            its ``params.json``). A finished session returns None after saying so.
+            its ``params.json``). A finished session returns None after finishing what its MLflow
+            run lacks (a kill after ``done.json`` can leave it RUNNING, see
+            :func:`~digideep.tracking.tracker.sync_session`) and saying so.
         tags: extra tracking tags (e.g. Prefect flow-run id and deployment).
         description: what the run is for (``--msg``): ``description`` in ``session.json`` and the
             MLflow run's note (``mlflow.note.content``). A resumed run keeps the one it started with.
@@ -95,8 +98,9 @@ def open_run(
         if description is not None:
             session.update_info(description=description)
             tags = {**(tags or {}), NOTE_TAG: description}
-        tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags)
-        runner = Runner(session, resolved.params, tracker=tracker)
+        journal = MetricsJournal(session.path / JOURNAL_FILE)
+        tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
+        runner = Runner(session, resolved.params, tracker=tracker, journal=journal)
         return RunHandle(session, runner, tracker, None)
     except BaseException:
         session.close()
@@ -104,12 +108,17 @@ def open_run(
 
 
 def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
-    if session.is_done:
-        log.info("session %s already finished training (see done.json); nothing to resume", session.path)
-        session.close()
-        return None
     params = session.read_json("params.json")
     cpanel = session.read_json("cpanel.json")
+    if session.is_done:
+        log.info("session %s already finished training (see done.json); nothing to resume", session.path)
+        settings = params.get("tracking", {})
+        if settings.get("enabled", True):
+            from digideep.tracking.tracker import sync_session
+
+            log.info("%s", sync_session(session, params, cpanel, **settings.get("args", {})))
+        session.close()
+        return None
     threads = params.get("session", {}).get("torch_threads")
     if threads:
         torch.set_num_threads(threads)
@@ -118,25 +127,34 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.path)
         shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
         (session.path / "memory").mkdir()
-        tracker = _open_tracker(session, params, cpanel, tags)
-        return RunHandle(session, Runner(session, params, tracker=tracker), tracker, None)
+        journal = MetricsJournal(session.path / JOURNAL_FILE)
+        journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
+        tracker = _open_tracker(session, params, cpanel, tags, journal)
+        return RunHandle(session, Runner(session, params, tracker=tracker, journal=journal), tracker, None)
     log.info("resuming session %s from %s", session.path, found.path)
-    # a damaged checkpoint fails here, before tracking starts
+    # a damaged checkpoint fails here, before tracking starts; the journal is rewound to it
     runner = Runner.from_checkpoint(session, found.path)
-    runner.tracker = tracker = _open_tracker(session, params, cpanel, tags)
+    runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
     return RunHandle(session, runner, tracker, found.path)
 
 
 def _open_tracker(
-    session: Session, params: dict[str, Any], cpanel: dict[str, Any], tags: dict[str, str] | None
+    session: Session,
+    params: dict[str, Any],
+    cpanel: dict[str, Any],
+    tags: dict[str, str] | None,
+    journal: MetricsJournal | None,
 ) -> Any:
-    """The MLflow tracker of the run (None when tracking is off in params)."""
+    """The MLflow tracker of the run, sending from ``journal`` (None when tracking is off in params).
+
+    With tracking off the journal is written all the same; ``digideep runs sync`` sends it later.
+    """
     settings = params.get("tracking", {})
     if not settings.get("enabled", True):
         return None
     from digideep.tracking.tracker import open_tracker
 
-    return open_tracker(session, params, cpanel, tags=tags or {}, **settings.get("args", {}))
+    return open_tracker(session, params, cpanel, tags=tags or {}, journal=journal, **settings.get("args", {}))
 
 
 def close_run(handle: RunHandle, status: str) -> None:

@@ -5,7 +5,9 @@
 * :mod:`digideep.tracking.runs`: ``digideep runs`` (list runs with their differing params, compare
   learning curves, start the UI);
 * :mod:`digideep.tracking.naming`: MLflow key and value limits, the tracking URI, params flattening;
-* :mod:`digideep.tracking.sender`: the background sender of metric batches;
+* :mod:`digideep.tracking.journal`: the session's metrics journal, the source of truth for MLflow;
+* :mod:`digideep.tracking.sender`: sends the journal to MLflow (each step once) from a background thread;
+* :mod:`digideep.tracking.tracker`: opens a session's tracker; ``sync_session`` (``digideep runs sync``);
 * :mod:`digideep.tracking.plots`: learning-curve PNGs.
 
 Nothing is imported here, so that ``import digideep`` does not pay for importing MLflow.

@@ -15,27 +15,26 @@ Usage (the Runner's ``log`` and ``checkpoint`` stages; the library never imports
 Where: ``MLFLOW_TRACKING_URI`` (a server such as ``http://127.0.0.1:5000``) or, by default, the
 embedded store ``sqlite:///data/mlflow.db`` with artifacts under ``data/mlartifacts``.
 
-Metrics are buffered by :meth:`MlflowTracker.log_metrics` and sent with one ``log_batch`` call per
-flush: at most one per ``log_metrics`` call and at most one per ``min_flush_interval`` (1 s), from
-a background thread by default (see :mod:`digideep.tracking.sender`), so the loop only pays for
-appending to a list. MLflow names are made valid by
-:func:`~digideep.tracking.naming.mlflow_key`: ``/explore/train/episode_return`` is logged as
+Metrics go to the session's metrics journal first (:mod:`digideep.tracking.journal`, appended and
+fsynced); a background thread sends what the journal holds with one ``log_batch`` per flush, at
+most one per ``log_metrics`` call and at most one per ``min_flush_interval`` (1 s), see
+:mod:`digideep.tracking.sender`. The loop pays for one small append. MLflow names are made valid
+by :func:`~digideep.tracking.naming.mlflow_key`: ``/explore/train/episode_return`` is logged as
 ``explore/train/episode_return``.
 
-**Resume: skip on replay.** A resumed session continues from its last checkpoint and replays the
-iterations that ran after it, while MLflow may already hold their metrics. The tracker reopens the
-run, reads the highest step already logged, and drops every ``log_metrics`` call whose step is at or
-below it; steps after it are logged as usual. Each step therefore appears once, the metrics stay
-live in the UI between checkpoints (holding them back until the next checkpoint would hide the
-newest ``save_interval`` epochs), and because a checkpoint resumes training exactly, the replayed
-values are the ones already logged. Values buffered but unsent when the process died were never
-logged, so their steps are above the highest logged step and are logged on replay.
+**Nothing lost, nothing twice.** The journal is the source of truth; what MLflow acknowledged is
+recorded as an offset into it. A server that is away for minutes costs nothing: training goes on,
+the journal grows, and the values go up when the server answers again (or, if the run ends first,
+with ``digideep runs sync SESSION``). A resumed session rewinds the journal to its checkpoint and
+replays the iterations after it; before its first send the tracker reads what the run holds at the
+steps it is about to send and leaves those ``(key, step)`` pairs out, so each step appears once and
+a step cut in half by a kill is completed.
 
 **Failures.** :meth:`MlflowTracker.start` checks the store with no HTTP retries and a
 ``connect_timeout``: an unreachable server raises :class:`TrackingUnavailableError` (one line naming the
 URI) within seconds, or with ``required=False`` logs a warning and turns tracking off (every method
-becomes a no-op). Later calls never raise for backend failures: they warn, keep unsent metrics and
-retry. For ``http(s)`` URIs the tracker sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=2`` and
+becomes a no-op). Later calls never raise for backend failures: they warn and retry; the journal keeps the
+unsent metrics. For ``http(s)`` URIs the tracker sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=2`` and
 ``MLFLOW_HTTP_REQUEST_TIMEOUT=20`` in the process environment unless they are set already, so that
 one request never blocks for minutes (MLflow's defaults are 7 retries and 120 s).
 """
@@ -53,18 +52,17 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Param, RunTag
 
 from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
+from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.naming import (
     DEFAULT_DATA_ROOT,
-    MAX_PARAMS_PER_BATCH,
     flatten_params,
     is_http_uri,
-    mlflow_key,
     resolve_tracking_uri,
 )
-from digideep.tracking.sender import MetricSender
+from digideep.tracking.sender import BackgroundSender, JournalUploader
 from digideep.tracking.tags import build_tags
 
 __all__ = ["DEFAULT_CURVE_METRICS", "MlflowTracker", "TrackingUnavailableError", "status_for_exception"]
@@ -110,6 +108,9 @@ class MlflowTracker:
             0 sends at every ``log_metrics`` call. 1 s keeps short iterations (PPO on small envs)
             from paying for a send each; a SAC iteration (~1 s or more) still sends every time.
         finish_timeout: seconds :meth:`finish` waits for the last metrics.
+        journal: the metrics journal to send from (the Runner shares its own); by default
+            ``<session_path>/metrics.jsonl``, or a file in a temporary folder without a session.
+        retry_after: seconds without send attempts after a failed one.
     """
 
     def __init__(
@@ -132,6 +133,8 @@ class MlflowTracker:
         connect_timeout: int = 5,
         min_flush_interval: float = 1.0,
         finish_timeout: float = 30.0,
+        journal: MetricsJournal | None = None,
+        retry_after: float = 30.0,
     ) -> None:
         if not isinstance(experiment, str) or not experiment.strip():
             raise ValueError(f"MlflowTracker: experiment must be a non-empty name, got {experiment!r}")
@@ -152,14 +155,20 @@ class MlflowTracker:
         self.min_flush_interval = min_flush_interval
         self.finish_timeout = finish_timeout
         self._tags = build_tags(params_module, self.session_path, flow_run_id, deployment, tags, git_commit)
+        self.retry_after = retry_after
+        if journal is None:
+            folder = self.session_path or Path(tempfile.mkdtemp(prefix="digideep-journal-"))
+            journal = MetricsJournal(folder / JOURNAL_FILE)
+        self.journal = journal
         self._client: MlflowClient | None = None
-        self._sender: MetricSender | None = None
-        self._keys: dict[str, str] = {}
-        self._bad_values: set[str] = set()
+        self._sender: BackgroundSender | None = None
+        self._uploader: JournalUploader | None = None
         self._last_flush = -math.inf  # the first call sends at once
-        self.skip_through_step = -1  # steps at or below it are already in MLflow (resume)
-        self.skipped_calls = 0
-        self.last_step = -1
+
+    @property
+    def sent_values(self) -> int:
+        """Metric values this tracker sent to MLflow (values MLflow held already are not counted)."""
+        return self._uploader.sent if self._uploader is not None else 0
 
     @property
     def active(self) -> bool:
@@ -214,9 +223,11 @@ class MlflowTracker:
             log.warning("%s; continuing with tracking off", message)
             self.enabled = False
             return None
-        self._sender = MetricSender(
-            self._send_metrics,
+        self._uploader = JournalUploader(self._client, self.run_id, self.journal)
+        self._sender = BackgroundSender(
+            self._uploader.send_pending,
             asynchronous=self.asynchronous,
+            retry_after=self.retry_after,
             description=f"MLflow at {self.uri} (run {self.run_id})",
         )
         log.info("MLflow run %s in experiment '%s' at %s", self.run_id, self.experiment, self.uri)
@@ -255,57 +266,36 @@ class MlflowTracker:
             raise ValueError(f"run {run_id} is deleted; restore it in MLflow or start a new session")
         self.run_id = run_id
         client.update_run(run_id, status="RUNNING")
-        tags = [RunTag(k, v) for k, v in self._tags.items()]
-        for i in range(0, len(tags), MAX_PARAMS_PER_BATCH):
-            client.log_batch(run_id, tags=tags[i : i + MAX_PARAMS_PER_BATCH])
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in self._tags.items()])  # the client splits
         flat = {**flatten_params(params), **flatten_params(cpanel, prefix="cpanel")}
         self._log_params(flat, existing=run.data.params)
-        self.skip_through_step = _last_logged_step(client, run)
-        self.last_step = self.skip_through_step
-        log.info("reopened MLflow run %s; steps up to %d are logged already", run_id, self.skip_through_step)
+        log.info("reopened MLflow run %s", run_id)
 
     def _log_params(self, flat: dict[str, str], existing: Mapping[str, str]) -> None:
         changed = sorted(k for k, v in flat.items() if k in existing and existing[k] != v)
         if changed:
             log.warning("params changed since the run started; MLflow keeps the first values of %s", changed)
-        new = [Param(k, v) for k, v in flat.items() if k not in existing]
-        for i in range(0, len(new), MAX_PARAMS_PER_BATCH):
-            self._client.log_batch(self.run_id, params=new[i : i + MAX_PARAMS_PER_BATCH])
+        # MlflowClient.log_batch splits params and tags into MLflow's batches of 100 itself (mlflow 3.x)
+        self._client.log_batch(
+            self.run_id, params=[Param(k, v) for k, v in flat.items() if k not in existing]
+        )
 
     # -- during the run ------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int, *, flush: bool = True) -> None:
-        """Buffer ``metrics`` at ``step`` (environment frames) and, with ``flush``, send the buffer.
+        """Append ``metrics`` at ``step`` (environment frames) to the journal and, with ``flush``, send.
 
         Call it once per iteration with everything of that iteration, or pass ``flush=False`` to
-        all calls of an iteration but the last. Steps at or below the highest step logged before a
-        resume are dropped (see the module docstring). Values that are not numbers are skipped with
-        one warning per name.
+        all calls of an iteration but the last. Values that are not numbers are skipped with one
+        warning per name. (The Runner appends to the shared journal itself and calls :meth:`flush`.)
 
         Args:
             metrics: ``{name: value}``; names are made valid MLflow keys.
             step: the environment frames so far.
-            flush: send the buffer (one ``log_batch``) unless ``min_flush_interval`` has not passed.
+            flush: send what the journal holds unless ``min_flush_interval`` has not passed.
         """
         if self._sender is None:
             return
-        step = int(step)
-        if step <= self.skip_through_step:
-            self.skipped_calls += 1
-            return
-        timestamp = int(time.time() * 1000)
-        batch = []
-        for name, value in metrics.items():
-            key = self._keys.get(name)
-            if key is None:
-                key = self._keys[name] = mlflow_key(name)
-            try:
-                batch.append(Metric(key, float(value), timestamp, step))
-            except (TypeError, ValueError):
-                if name not in self._bad_values:
-                    self._bad_values.add(name)
-                    log.warning("metric '%s' has a value that is not a number (%r); skipped", name, value)
-        self._sender.add(batch)
-        self.last_step = max(self.last_step, step)
+        self.journal.append(step, metrics)
         if flush:
             self.flush(force=False)
 
@@ -318,22 +308,19 @@ class MlflowTracker:
                 before reading the run back.
 
         Returns:
-            True when nothing is left unsent (without ``wait``: at the moment of the call, before
-            the background thread sends); always True when tracking is off.
+            True when MLflow holds everything the journal holds (without ``wait``: at the moment of
+            the call, before the background thread sends); always True when tracking is off.
         """
         if self._sender is None:
             return True
         if wait:
             self._last_flush = time.monotonic()
-            return self._sender.drain(self.finish_timeout)
+            return self._sender.drain(self.finish_timeout) and self._uploader.pending() == 0
         now = time.monotonic()
         if force or now - self._last_flush >= self.min_flush_interval:
             self._last_flush = now
             self._sender.flush()
-        return self._sender.pending == 0
-
-    def _send_metrics(self, batch: list[Metric]) -> None:
-        self._client.log_batch(self.run_id, metrics=batch)
+        return self._uploader.pending() == 0
 
     def log_artifacts(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Copy a file or a folder's contents into the run's artifacts under ``artifact_path``.
@@ -396,6 +383,17 @@ class MlflowTracker:
             return
         sender, self._sender = self._sender, None
         sender.close(self.finish_timeout)
+        unsent = self._uploader.pending()
+        if unsent:
+            log.warning(
+                "%d metric records of run %s are not in MLflow at %s yet; the journal %s keeps them: "
+                "send them with 'digideep runs sync %s'",
+                unsent,
+                self.run_id,
+                self.uri,
+                self.journal.path,
+                self.session_path or self.journal.path.parent,
+            )
         try:
             self._client.set_terminated(self.run_id, status)
         except Exception as error:
@@ -412,8 +410,8 @@ class MlflowTracker:
 
     # -- checkpoint ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The run id, experiment and last step logged (strings and ints)."""
-        return {"run_id": self.run_id or "", "experiment": self.experiment, "last_step": self.last_step}
+        """The run id and experiment (strings)."""
+        return {"run_id": self.run_id or "", "experiment": self.experiment}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make a tracker that has not started reopen ``state["run_id"]`` at :meth:`start`."""
@@ -423,12 +421,3 @@ class MlflowTracker:
 
     def __repr__(self) -> str:
         return f"MlflowTracker(experiment={self.experiment!r}, uri={self.uri!r}, run_id={self.run_id!r})"
-
-
-def _last_logged_step(client: MlflowClient, run: Any) -> int:
-    """The highest step among the run's metrics (-1 when it has none)."""
-    latest = getattr(run.data, "_metric_objs", None)  # latest value (highest step) of each key
-    if latest is not None:
-        return max((int(m.step) for m in latest), default=-1)
-    steps = [m.step for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
-    return int(max(steps, default=-1))

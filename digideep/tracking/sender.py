@@ -1,16 +1,24 @@
-"""Sending buffered metrics to MLflow: one ``log_batch`` per flush, inline or from one thread.
+"""Sending the metrics journal to MLflow: each value once, from one background thread.
 
 A ``log_batch`` costs about 4 ms against the embedded sqlite store and 30 to 80 ms against a local
 ``mlflow server`` on this project's machines (``bench/bench_tracking.py``), more than the 2 % of a
-training iteration that tracking may take. The asynchronous sender therefore hands each flush to a
-background thread: the training loop pays for appending to a list, the thread pays for the call.
+training iteration that tracking may take. The training loop therefore only appends to the journal
+(:mod:`digideep.tracking.journal`); a background thread sends what the journal holds.
 
-Failures never reach the training loop. A batch the store refuses for good (an HTTP 4xx answer such
-as an invalid value or a deleted run) is dropped with a warning. Any other failure (server down,
-timeout) puts the batch back at the front of the queue, logs a warning, and pauses sending for
-``retry_after`` seconds; the next flush after that retries it. Values beyond ``max_pending`` (server
-gone for a long time) are dropped, oldest first, with a count. Warnings are logged for the first
-failure and every 100th after it.
+:class:`JournalUploader` sends the records after the sent offset in ``log_batch`` calls of whole
+records (at most 1000 values a call; a record of more is split by MLflow's client) and records the
+sent offset after each acknowledged call. When it cannot know what MLflow holds (the first send of
+a process, which may follow a kill or a resume, and every send after a failed call, whose request
+may have arrived), it first reads what the run holds from the first unsent step on, and from then
+on leaves out every ``(key, step)`` already there, up to the highest step the run held: no value is
+sent twice (the iterations replayed after a resume included) and a half-sent step is completed.
+
+:class:`BackgroundSender` runs the uploader. Failures never reach the training loop: a failure (server
+down, timeout) logs a warning and pauses sending for ``retry_after`` seconds, after which the next
+flush tries again; nothing is lost meanwhile, since the journal keeps everything. A refusal for
+good (an HTTP 4xx answer such as a deleted run) stops sending for the process with one warning;
+``digideep runs sync SESSION`` sends the rest later. Warnings are logged for the first failure and
+every 100th after it.
 """
 
 from __future__ import annotations
@@ -18,174 +26,203 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
+from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from digideep.tracking.failures import is_refusal, one_line
+from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.naming import MAX_METRICS_PER_BATCH
 
-__all__ = ["MetricSender"]
+__all__ = ["BackgroundSender", "JournalUploader"]
 
 log = logging.getLogger(__name__)
 
 
-class MetricSender:
-    """A FIFO of metric values sent in batches of at most 1000 by ``send_batch``.
+class JournalUploader:
+    """Sends a journal's unsent records to one MLflow run (see the module docstring).
 
     Args:
-        send_batch: called with up to 1000 :class:`mlflow.entities.Metric`; raises on failure.
+        client: the MLflow client.
+        run_id: the run that receives the metrics.
+        journal: the session's metrics journal.
+    """
+
+    def __init__(self, client: MlflowClient, run_id: str, journal: MetricsJournal) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.journal = journal
+        self.verify = True  # read what MLflow holds before the next send
+        self._present: set[tuple[str, int]] = set()  # (key, step) MLflow held at the last reading
+        self._high = -1  # the highest step MLflow held then; later steps are not checked
+        self.sent = 0  # values sent by this uploader
+        self.skipped = 0  # values found in MLflow already
+
+    def pending(self) -> int:
+        """Records not yet acknowledged."""
+        return self.journal.unsent(self.run_id)
+
+    def send_pending(self) -> int:
+        """Send every unsent record; return the values sent. Raises what the client raises."""
+        start = self.journal.sent_offset(self.run_id)
+        records = self.journal.records(start)
+        if not records:
+            return 0
+        try:
+            if self.verify:
+                self._present, self._high = self._held(min(record["step"] for _, _, record in records))
+                self.verify = False
+            sent, batch, end = 0, [], start
+            for _, record_end, record in records:
+                step, timestamp = record["step"], record["ts"]
+                metrics = [
+                    Metric(key, value, timestamp, step)
+                    for key, value in record["m"].items()
+                    if step > self._high or (key, step) not in self._present
+                ]
+                self.skipped += len(record["m"]) - len(metrics)
+                if batch and len(batch) + len(metrics) > MAX_METRICS_PER_BATCH:
+                    self._send(batch, end)
+                    sent, batch = sent + len(batch), []
+                batch += metrics
+                end = record_end
+            self._send(batch, end)
+            return sent + len(batch)
+        except BaseException:
+            self.verify = True  # the failed call may have arrived in part
+            raise
+
+    def _send(self, batch: list[Metric], end: int) -> None:
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+            self.sent += len(batch)
+        self.journal.mark_sent(self.run_id, end)
+
+    def _held(self, first: int) -> tuple[set[tuple[str, int]], int]:
+        """The ``(key, step)`` pairs the run holds at steps from ``first`` on, and its highest step."""
+        run = self.client.get_run(self.run_id)
+        latest = getattr(run.data, "_metric_objs", None)  # the latest value (highest step) of each key
+        if latest is None:
+            latest = [m for key in run.data.metrics for m in self.client.get_metric_history(self.run_id, key)]
+        high = max((int(m.step) for m in latest), default=-1)
+        present = set()
+        for key in sorted({m.key for m in latest if m.step >= first}):
+            for metric in self.client.get_metric_history(self.run_id, key):
+                if metric.step >= first:
+                    present.add((key, int(metric.step)))
+        return present, high
+
+
+class BackgroundSender:
+    """Calls ``send`` when asked, inline or from one daemon thread, and survives its failures.
+
+    Args:
+        send: sends everything pending; raises on failure.
         asynchronous: send from a daemon thread (True) or inside :meth:`flush` (False).
-        max_pending: most values kept while sending fails; the oldest are dropped beyond it.
         retry_after: seconds without send attempts after a failure.
         description: what is being sent to, for warnings (the tracking URI and run id).
     """
 
     def __init__(
         self,
-        send_batch: Callable[[list[Metric]], None],
+        send: Callable[[], object],
         *,
         asynchronous: bool = True,
-        max_pending: int = 1_000_000,
         retry_after: float = 30.0,
         description: str = "MLflow",
     ) -> None:
-        self._send_batch = send_batch
-        self._max_pending = max_pending
+        self._send = send
         self._retry_after = retry_after
         self._description = description
-        self._pending: deque[Metric] = deque()
         self._cond = threading.Condition()
-        self._requested = False
-        self._busy = False
+        self._requested = 0  # generation asked for
+        self._done = 0  # generation of the last finished attempt
+        self._ok = True  # whether that attempt succeeded
         self._closed = False
         self._paused_until = 0.0
-        self.sent = 0
-        self.dropped = 0
         self.failures = 0
+        self.refused = False
         self._thread: threading.Thread | None = None
         if asynchronous:
             self._thread = threading.Thread(target=self._run, name="digideep-mlflow-sender", daemon=True)
             self._thread.start()
 
-    @property
-    def pending(self) -> int:
-        """Values buffered and not yet sent."""
-        with self._cond:
-            return len(self._pending)
-
-    def add(self, metrics: Sequence[Metric]) -> None:
-        """Buffer ``metrics`` (sent at the next :meth:`flush`)."""
-        with self._cond:
-            self._pending.extend(metrics)
-            excess = len(self._pending) - self._max_pending
-            if excess > 0:
-                for _ in range(excess):
-                    self._pending.popleft()
-                if self.dropped == 0:
-                    log.warning(
-                        "%s unreachable for long: dropping the oldest unsent metric values", self._description
-                    )
-                self.dropped += excess
-
     def flush(self) -> None:
-        """Send what is buffered: now (synchronous) or by the thread (asynchronous, returns at once)."""
+        """Send now (synchronous) or have the thread send (asynchronous, returns at once)."""
         if self._thread is None:
-            self._send_all()
+            self._attempt()
             return
         with self._cond:
-            self._requested = True
+            self._requested += 1
             self._cond.notify_all()
 
     def drain(self, timeout: float = 30.0) -> bool:
-        """Flush and wait until the buffer is sent (or a send failed, or ``timeout`` passed).
-
-        Returns:
-            True when nothing is left to send.
-        """
+        """Send and wait for the attempt (at most ``timeout`` seconds); return whether it succeeded."""
         if self._thread is None:
-            self._send_all()
-            return not self._pending
+            return self._attempt()
         with self._cond:
-            self._requested = True
+            self._requested += 1
+            wanted = self._requested
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._requested and not self._busy, timeout)
-            return not self._pending
+            if not self._cond.wait_for(lambda: self._done >= wanted, timeout):
+                return False
+            return self._ok
 
-    def close(self, timeout: float = 30.0) -> int:
-        """Send what is buffered (one last attempt, at most ``timeout`` seconds), stop the thread.
-
-        Returns:
-            The number of values that could not be sent or were dropped (0 when all arrived).
-        """
-        self._paused_until = 0.0  # the last attempt is made even right after a failure
+    def close(self, timeout: float = 30.0) -> bool:
+        """Make one last attempt (even right after a failure), stop the thread; return its success."""
+        self._paused_until = 0.0
         if self._thread is None:
-            self._send_all()
-        else:
-            with self._cond:
-                self._closed = True
-                self._requested = True
-                self._cond.notify_all()
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning(
-                    "%s did not answer within %.0f s while sending the last metrics",
-                    self._description,
-                    timeout,
-                )
+            return self._attempt()
         with self._cond:
             self._closed = True
-            unsent = len(self._pending)
-        lost = unsent + self.dropped
-        if lost:
-            log.warning("%d metric values were not sent to %s", lost, self._description)
-        return lost
+            self._requested += 1
+            wanted = self._requested
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning(
+                "%s did not answer within %.0f s while sending the last metrics", self._description, timeout
+            )
+            return False
+        with self._cond:
+            return self._done >= wanted and self._ok
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._requested or self._closed)
-                self._requested = False
-                closing = self._closed
-                self._busy = True
-            self._send_all()
+                self._cond.wait_for(lambda: self._requested > self._done or self._closed)
+                generation, closing = self._requested, self._closed
+            ok = self._attempt()
             with self._cond:
-                self._busy = False
+                self._done, self._ok = generation, ok
                 self._cond.notify_all()
             if closing:
                 return
 
-    def _send_all(self) -> None:
-        if time.monotonic() < self._paused_until:
-            return
-        while True:
-            with self._cond:
-                batch = [
-                    self._pending.popleft() for _ in range(min(len(self._pending), MAX_METRICS_PER_BATCH))
-                ]
-            if not batch:
-                return
-            try:
-                self._send_batch(batch)
-            except Exception as error:  # any backend failure: warn; keep the values unless refused
-                self.failures += 1
-                if is_refusal(error):
-                    self.dropped += len(batch)
-                    self._warn(f"{self._description} refused {len(batch)} metric values, dropped", error)
-                    continue
-                with self._cond:
-                    self._pending.extendleft(reversed(batch))
-                self._paused_until = time.monotonic() + self._retry_after
-                self._warn(
-                    f"could not send {len(batch)} metric values to {self._description}; "
-                    f"retrying in {self._retry_after:.0f} s",
-                    error,
+    def _attempt(self) -> bool:
+        if self.refused or time.monotonic() < self._paused_until:
+            return False
+        try:
+            self._send()
+        except Exception as error:  # any backend failure: warn and retry later, never raise
+            self.failures += 1
+            if is_refusal(error):
+                self.refused = True
+                log.warning(
+                    "%s refused metrics (%s); sending stops, the journal keeps them for 'digideep runs sync'",
+                    self._description,
+                    one_line(error),
                 )
-                return
-            self.sent += len(batch)
-
-    def _warn(self, message: str, error: BaseException) -> None:
-        """Log the first failure and then every 100th, so a long outage does not flood the log."""
-        if self.failures == 1 or self.failures % 100 == 0:
-            log.warning("%s (%s; failure %d)", message, one_line(error), self.failures)
+                return False
+            self._paused_until = time.monotonic() + self._retry_after
+            if self.failures == 1 or self.failures % 100 == 0:
+                log.warning(
+                    "could not send metrics to %s; retrying in %.0f s (%s; failure %d)",
+                    self._description,
+                    self._retry_after,
+                    one_line(error),
+                    self.failures,
+                )
+            return False
+        return True

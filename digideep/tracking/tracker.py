@@ -1,9 +1,14 @@
-"""Open the MLflow tracker of a session: new run, or the session's own run again on resume.
+"""Open the MLflow tracker of a session (new run, or its own run again on resume), and sync it.
 
 The run id is kept in the session's ``session.json`` (``mlflow_run_id``), so a resumed session
-(``digideep resume``, or a Prefect retry) reopens the same MLflow run and, since the tracker skips
-steps already logged, no metric step appears twice. The embedded store lives beside the sessions
-folder: ``data/sessions`` -> ``data/mlflow.db`` and ``data/mlartifacts``.
+(``digideep resume``, or a Prefect retry) reopens the same MLflow run and, since the tracker sends
+only what the run lacks from the session's metrics journal, no metric step appears twice. The
+embedded store lives beside the sessions folder: ``data/sessions`` -> ``data/mlflow.db`` and
+``data/mlartifacts``.
+
+:func:`sync_session` finishes what a run left undone in MLflow: the journal's unsent records, the
+learning curve and the run's end status. ``digideep runs sync SESSION`` and resuming a finished
+session call it; it does nothing when nothing is missing.
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ from typing import Any
 
 from mlflow import MlflowClient
 
+from digideep.errors import UsageError
 from digideep.pipeline.session import Session
+from digideep.tracking.failures import http_limits, one_line
+from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
-from digideep.tracking.naming import experiment_name
+from digideep.tracking.naming import experiment_name, resolve_tracking_uri
 
-__all__ = ["log_videos", "open_tracker"]
+__all__ = ["log_videos", "open_tracker", "sync_session"]
+
+CURVE_ARTIFACT = "plots/learning_curve.png"
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +39,20 @@ def open_tracker(
     params: Mapping[str, Any],
     cpanel: Mapping[str, Any],
     tags: Mapping[str, str] | None = None,
+    journal: MetricsJournal | None = None,
     **options: Any,
 ) -> MlflowTracker:
     """Start (or reopen) the session's MLflow run and record its id in the session.
+
+    A ``tracking_uri`` option naming another store than the one the session's run is in starts a
+    new run there (the session's tracking moves to it).
 
     Args:
         session: the run's session.
         params: the resolved params tree (logged flattened).
         cpanel: the cpanel (logged under ``cpanel/``; its ``experiment`` key names the experiment).
         tags: extra tags; ``prefect.flow_run_id`` and ``prefect.deployment`` become tracker tags.
+        journal: the metrics journal to send (the session's ``metrics.jsonl`` by default).
         **options: :class:`MlflowTracker` keyword arguments from ``params["tracking"]["args"]``.
 
     Raises:
@@ -46,11 +61,17 @@ def open_tracker(
     info = session.info()
     tags = dict(tags or {})
     module = info.get("params_module") or "digideep"
+    data_root = session.path.parent.parent
+    run_id = info.get("mlflow_run_id")
+    if options.get("tracking_uri") and run_id:
+        uri = resolve_tracking_uri(options["tracking_uri"], data_root)[0]
+        run_id = run_id if uri == info.get("mlflow_tracking_uri") else None
     tracker = MlflowTracker(
         experiment_name(module, cpanel),
         session.path,
-        data_root=session.path.parent.parent,
-        run_id=info.get("mlflow_run_id"),
+        data_root=data_root,
+        run_id=run_id,
+        journal=journal or MetricsJournal(session.path / JOURNAL_FILE),
         params_module=module,
         flow_run_id=tags.pop("prefect.flow_run_id", None) or None,
         deployment=tags.pop("prefect.deployment", None) or None,
@@ -82,3 +103,62 @@ def log_videos(session: Session, folder: Path) -> bool:
         log.warning("videos in %s were not logged to MLflow run %s: %s", folder, run_id, error)
         return False
     return True
+
+
+def sync_session(
+    session: Session, params: Mapping[str, Any], cpanel: Mapping[str, Any], **options: Any
+) -> str:
+    """Bring the session's MLflow run up to date with the session; return what was done, in a line.
+
+    Sends the journal's records that the run lacks (each step once, see
+    :class:`~digideep.tracking.sender.JournalUploader`), creates the run first when the session has
+    none (a run trained with tracking off) and, for a session that finished training, uploads the
+    learning curve and ends the run FINISHED; an unfinished session's run ends KILLED (it is
+    reopened RUNNING when the session resumes). Idempotent: a run that has all of this is left
+    alone. The caller holds the session's lock (no training writes the journal meanwhile).
+
+    Args:
+        session: the session.
+        params: its params tree; cpanel: its cpanel (logged when a run is created).
+        **options: :class:`MlflowTracker` keyword arguments (``tracking_uri`` among them).
+
+    Raises:
+        UsageError: the store is unreachable, or it did not take every record.
+    """
+    journal = MetricsJournal(session.path / JOURNAL_FILE)
+    done = session.is_done
+    status = "FINISHED" if done else "KILLED"
+    info = session.info()
+    run_id, uri = info.get("mlflow_run_id"), info.get("mlflow_tracking_uri")
+    target = options.get("tracking_uri")
+    same_store = not target or resolve_tracking_uri(target, session.path.parent.parent)[0] == uri
+    if run_id and uri and same_store and _up_to_date(MlflowClient(uri), run_id, journal, status, done):
+        return f"MLflow run {run_id} at {uri} holds everything of session {session.name}; nothing to do"
+    tracker = open_tracker(session, params, cpanel, journal=journal, **{"asynchronous": False, **options})
+    unsent = journal.unsent(tracker.run_id)
+    tracker.flush(wait=True)
+    left = journal.unsent(tracker.run_id)
+    curve = tracker.log_learning_curve() if done and not left else None
+    tracker.finish(status if not left else "KILLED")
+    if left:
+        raise UsageError(
+            f"MLflow at {tracker.uri} took {unsent - left} of {unsent} unsent metric records of session "
+            f"{session.name}; the journal keeps the rest: run 'digideep runs sync {session.name}' again"
+        )
+    parts = [f"sent {tracker.sent_values} metric values ({unsent} records)"]
+    if curve is not None:
+        parts.append("uploaded the learning curve")
+    return f"MLflow run {tracker.run_id} at {tracker.uri}: {', '.join(parts)}, ended {status}"
+
+
+def _up_to_date(client: MlflowClient, run_id: str, journal: MetricsJournal, status: str, done: bool) -> bool:
+    """Whether the run has ended ``status``, holds the whole journal and (``done``) the curve."""
+    try:
+        with http_limits(retries=0, timeout=5):
+            run = client.get_run(run_id)
+            if run.info.status != status or journal.unsent(run_id):
+                return False
+            return not done or CURVE_ARTIFACT in {f.path for f in client.list_artifacts(run_id, "plots")}
+    except Exception as error:  # the tracker's start names the store if it is really away
+        log.debug("could not read MLflow run %s: %s", run_id, one_line(error))
+        return False

@@ -1,7 +1,8 @@
 """Exact resume: a run killed with SIGKILL and resumed ends bit-identical to a run never stopped.
 
 Every run here is a real subprocess (``python -m digideep.main``) training real agents on real
-environments with the Zarr memory on disk, as a user would run it.
+environments with the Zarr memory on disk, as a user would run it. The replay memory is small, so
+its ring wraps before the kill, and the MLflow histories of both runs are compared key by key.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SMALL_SAC = {
     "save_interval": 1,
     "test_interval": 2,
     "test_episodes": 1,
-    "buffer_size": 1000,
+    "buffer_size": 70,  # frames: the ring wraps (and splits a chunk) before the kill
 }
 HALFCHEETAH = {**SMALL_SAC, "model_name": "HalfCheetah-v5", "n_steps": 20, "learning_starts": 20}
 
@@ -59,6 +60,9 @@ def resume_command(root: Path, name: str, device: str = "cpu") -> list[str]:
     ]
 
 
+TIMING = ("time/", "system/", "charts/frames_per_second")  # differ between runs by nature
+
+
 def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -77,6 +81,29 @@ def kill_after_checkpoint(command: list[str], env: dict, checkpoints: Path, coun
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+
+
+def metric_histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """``{key: [(step, value), ...]}`` of every metric of the run, by step."""
+    keys = client.get_run(run_id).data.metrics
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+
+def assert_same_histories(straight: dict, killed: dict) -> None:
+    """Every metric at the same steps, once per step, with the same values (timings: present alike)."""
+    logged = {step for step, _ in straight["charts/iteration"]}
+    for name, runs in (("straight", straight), ("killed", killed)):
+        for key, history in runs.items():
+            steps = [step for step, _ in history]
+            assert len(steps) == len(set(steps)), f"{name}: {key} has a step twice: {steps}"
+            assert set(steps) <= logged, f"{name}: {key} at steps never logged: {set(steps) - logged}"
+    exact = {key for key in straight if not key.startswith(TIMING)}
+    assert exact == {key for key in killed if not key.startswith(TIMING)}
+    for key in exact:
+        assert killed[key] == straight[key], key
+    for key in (k for k in straight if k.startswith(("time/", "charts/frames_per_second"))):
+        assert key in killed, key
+        assert [s for s, _ in killed[key]] == [s for s, _ in straight[key]], key
 
 
 def final_state(root: Path, name: str) -> tuple[dict, dict]:
@@ -102,7 +129,12 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_
     interrupted = train_command(tmp_path, "killed", params, cpanel, device)
     kill_after_checkpoint(interrupted, run_env, tmp_path / "killed" / "checkpoints", count=2)
     assert not (tmp_path / "killed" / "done.json").exists(), "the run finished before it could be killed"
-    run(resume_command(tmp_path, "killed", device), run_env)
+    newest = latest_checkpoint(tmp_path / "killed" / "checkpoints")
+    assert newest.iteration >= 4  # the second checkpoint (epoch_size 2), or one after it
+    frames = load_checkpoint(newest.path)[0]["counters"]["frames"]
+    assert frames > cpanel["buffer_size"], "the ring did not wrap before the kill"
+    resumed = run(resume_command(tmp_path, "killed", device), run_env)
+    assert f"from {newest.path}" in resumed.stderr, resumed.stderr[-3000:]
 
     straight_states, straight_memory = final_state(tmp_path, "straight")
     killed_states, killed_memory = final_state(tmp_path, "killed")
@@ -122,6 +154,9 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_
     for name in ("straight", "killed"):
         run_id = json.loads((tmp_path / name / "session.json").read_text())["mlflow_run_id"]
         assert client.get_run(run_id).info.status == "FINISHED"
-        histories[name] = [(m.step, m.value) for m in client.get_metric_history(run_id, "charts/iteration")]
-    assert sorted(histories["killed"]) == sorted(histories["straight"])
-    assert len({step for step, _ in histories["killed"]}) == len(histories["killed"]) == 4
+        histories[name] = metric_histories(client, run_id)
+    assert len(histories["killed"]["charts/iteration"]) == 4
+    assert_same_histories(histories["straight"], histories["killed"])
+    # every checkpoint's duration is in MLflow at its step, the one before the kill included
+    checkpoint_steps = [step for step, _ in histories["killed"]["time/checkpoint"]]
+    assert checkpoint_steps == [step for step, _ in histories["killed"]["charts/iteration"]]

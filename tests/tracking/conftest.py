@@ -41,48 +41,66 @@ def sqlite_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
     return "sqlite:///" + str(tmp_path_factory.mktemp("embedded") / "mlflow.db")
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URI of a real ``mlflow server`` on 127.0.0.1, started once for the test session."""
-    root = tmp_path_factory.mktemp("server")
-    port = free_port()
+def start_mlflow_server(root: Path, port: int) -> subprocess.Popen:
+    """Start ``mlflow server`` on 127.0.0.1:``port`` with its store under ``root``; wait until it answers.
+
+    Raises:
+        RuntimeError: the server exited or did not answer within ``SERVER_START_TIMEOUT`` seconds.
+    """
     executable = Path(sys.executable).parent / "mlflow"
     command = [str(executable)] if executable.exists() else [sys.executable, "-m", "mlflow"]
     command += ["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     command += ["--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}"]
     command += ["--artifacts-destination", str(root / "artifacts")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    log_path = root / "server.log"
-    with open(log_path, "wb") as log_file:
+    log_path = root / f"server-{port}.log"
+    with open(log_path, "ab") as log_file:
         process = subprocess.Popen(
             command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True
         )
     uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"mlflow server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                if response.status == 200:
+                    return process
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            stop_mlflow_server(process, kill=True)
+            raise RuntimeError(f"mlflow server did not answer at {uri}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.25)
+
+
+def stop_mlflow_server(process: subprocess.Popen, kill: bool = False) -> None:
+    """Stop a server of :func:`start_mlflow_server` (SIGKILL with ``kill``, as a crash would)."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
     try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"mlflow server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not answer at {uri}:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.25)
-        yield uri
+        process.wait(3)  # uvicorn may wait for idle keep-alive connections
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URI of a real ``mlflow server`` on 127.0.0.1, started once for the test session."""
+    port = free_port()
+    try:
+        process = start_mlflow_server(tmp_path_factory.mktemp("server"), port)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
+        yield f"http://127.0.0.1:{port}"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(3)  # uvicorn may wait for idle keep-alive connections
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
+        stop_mlflow_server(process)
 
 
 @pytest.fixture(params=["embedded", "server"])

@@ -1,4 +1,4 @@
-"""The metric sender keeps values while the store is unreachable and sends them in order later."""
+"""The background sender survives a store that is away, retries later and stops at a refusal."""
 
 from __future__ import annotations
 
@@ -6,51 +6,50 @@ import socket
 import uuid
 
 import pytest
-from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 
 from digideep.tracking.mlflow_logger import MlflowTracker, TrackingUnavailableError
-from digideep.tracking.sender import MetricSender
+from digideep.tracking.sender import BackgroundSender
 
 
 class FlakyStore:
-    """A store that is down for the first ``down`` calls, then records every batch it receives."""
+    """A send function that fails for the first ``down`` calls, then counts its successful calls."""
 
-    def __init__(self, down: int) -> None:
+    def __init__(self, down: int, error: Exception | None = None) -> None:
         self.down = down
-        self.batches: list[list[int]] = []
+        self.error = error or ConnectionError("connection refused")
+        self.calls = 0
 
-    def log_batch(self, batch: list[Metric]) -> None:
+    def send(self) -> None:
         if self.down > 0:
             self.down -= 1
-            raise ConnectionError("connection refused")
-        self.batches.append([m.step for m in batch])
-
-
-def _metrics(steps: range) -> list[Metric]:
-    return [Metric("a", float(step), 0, step) for step in steps]
+            raise self.error
+        self.calls += 1
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_values_wait_for_the_store_and_arrive_in_order(asynchronous: bool) -> None:
+def test_a_failed_send_is_retried_after_the_pause(asynchronous: bool) -> None:
     store = FlakyStore(down=1)
-    sender = MetricSender(store.log_batch, asynchronous=asynchronous, retry_after=0.0)
-    sender.add(_metrics(range(0, 3)))
-    assert not sender.drain(timeout=10)  # the store is down: the values stay
-    assert sender.pending == 3 and sender.failures == 1
-    sender.add(_metrics(range(3, 5)))
+    sender = BackgroundSender(store.send, asynchronous=asynchronous, retry_after=0.0)
+    assert not sender.drain(timeout=10)  # the store is down
+    assert sender.failures == 1 and store.calls == 0
     assert sender.drain(timeout=10)
-    assert store.batches == [[0, 1, 2, 3, 4]]
-    assert sender.close() == 0
+    assert sender.close() and store.calls == 2
 
 
-def test_batches_hold_at_most_1000_values_and_overflow_drops_the_oldest() -> None:
-    store = FlakyStore(down=0)
-    sender = MetricSender(store.log_batch, asynchronous=False, max_pending=2500)
-    sender.add(_metrics(range(3000)))
-    assert sender.dropped == 500
-    sender.flush()
-    assert [len(b) for b in store.batches] == [1000, 1000, 500] and store.batches[0][0] == 500
-    assert sender.close() == 500
+def test_no_attempt_during_the_pause_but_one_last_at_close() -> None:
+    store = FlakyStore(down=1)
+    sender = BackgroundSender(store.send, asynchronous=True, retry_after=3600)
+    assert not sender.drain(timeout=10)
+    assert not sender.drain(timeout=10) and sender.failures == 1  # paused: not even tried
+    assert sender.close(timeout=10) and store.calls == 1
+
+
+def test_a_refusal_stops_sending() -> None:
+    store = FlakyStore(down=1, error=MlflowException.invalid_parameter_value("run is deleted"))
+    sender = BackgroundSender(store.send, asynchronous=False, retry_after=0.0)
+    assert not sender.drain() and sender.refused
+    assert not sender.close() and store.calls == 0
 
 
 def test_a_server_that_never_answers_fails_the_start() -> None:
