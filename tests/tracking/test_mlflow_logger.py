@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import uuid
 from pathlib import Path
 
@@ -228,3 +229,27 @@ def test_default_store_is_embedded_under_data_root(tmp_path: Path, monkeypatch: 
     assert list((tmp_path / "data" / "mlartifacts").rglob("f.txt"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
     assert MlflowTracker("e", data_root=tmp_path / "data").uri == "http://127.0.0.1:1"
+
+
+def _start_a_run(uri: str, barrier, results) -> None:  # a process of the test below
+    tracker = MlflowTracker("params.race", tracking_uri=uri, asynchronous=False)
+    barrier.wait()
+    try:
+        results.put(tracker.start({"agent": {"lr": 0.001}}, {"seed": 0}) is not None)
+        tracker.finish("FINISHED")
+    except Exception as error:
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_runs_starting_together_on_a_fresh_sqlite_store_all_start(tmp_path):
+    # two sweep runs once failed here: both created the store's schema at the same moment
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(4), context.Queue()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    starters = [context.Process(target=_start_a_run, args=(uri, barrier, results)) for _ in range(4)]
+    for process in starters:
+        process.start()
+    outcomes = [results.get(timeout=240) for _ in starters]
+    for process in starters:
+        process.join(timeout=60)
+    assert outcomes == [True] * 4
