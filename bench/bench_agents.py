@@ -11,6 +11,11 @@
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
   PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards.
 
+- Roofline: the matmul FLOPs of one SAC or TD3 gradient step, listed from the networks' shapes (every
+  forward, weight-gradient and input-gradient product, as ``(m, k, n)`` shapes), and the time this
+  machine's ``torch.mm`` takes for exactly those shapes, measured in the same run. Each off-policy
+  rate is also printed as a fraction of that floor (1.0 = nothing but matmuls at torch.mm speed).
+
 Each figure is the median of ``--repeats`` timings, digideep and SB3 interleaved. Ratios are
 digideep / SB3. The machine's other load affects both sides; compare ratios, not absolute numbers.
 Stable-Baselines3 is a bench extra (``pip install stable-baselines3``); without it only digideep's
@@ -132,6 +137,65 @@ def sb3_off_policy(name: str, data: dict[str, np.ndarray], grad_steps: int):
     return run
 
 
+def layer_shapes(in_dim: int, out_dim: int) -> list[tuple[int, int]]:
+    sizes = [in_dim, *HIDDEN, out_dim]
+    return list(zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def matmuls(layers: list[tuple[int, int]], *, weights: bool, inputs: str, count: float) -> list[tuple]:
+    """``(m, k, n, count)`` of one forward pass (and its backward) through ``layers`` at batch ``BATCH``.
+
+    ``weights``: weight gradients are computed; ``inputs``: ``"none"``, ``"hidden"`` (input gradients of
+    every layer but the first) or ``"all"`` (down to the network's input, e.g. the actions).
+    """
+    out = []
+    for index, (fan_in, fan_out) in enumerate(layers):
+        out.append((BATCH, fan_in, fan_out, count))  # forward
+        if weights:
+            out.append((fan_in, BATCH, fan_out, count))  # dL/dW = x^T g
+        if inputs == "all" or (inputs == "hidden" and index > 0):
+            out.append((BATCH, fan_out, fan_in, count))  # dL/dx = g W^T
+    return out
+
+
+def update_matmuls(name: str) -> list[tuple]:
+    """The matmuls of one gradient step of SAC or TD3 (two critics; TD3's actor every second step)."""
+    critic = layer_shapes(OBS_DIM + ACT_DIM, 1)
+    if name == "SAC":
+        actor = layer_shapes(OBS_DIM, 2 * ACT_DIM)
+        return [
+            *matmuls(actor, weights=False, inputs="none", count=1),  # next actions, no grad
+            *matmuls(critic, weights=False, inputs="none", count=2),  # target critics
+            *matmuls(critic, weights=True, inputs="hidden", count=2),  # critic step
+            *matmuls(actor, weights=True, inputs="hidden", count=1),  # actor step: actor
+            *matmuls(critic, weights=False, inputs="all", count=2),  # ... through both critics
+        ]
+    actor = layer_shapes(OBS_DIM, ACT_DIM)
+    return [
+        *matmuls(actor, weights=False, inputs="none", count=1),  # target actor
+        *matmuls(critic, weights=False, inputs="none", count=2),  # target critics
+        *matmuls(critic, weights=True, inputs="hidden", count=2),  # critic step
+        *matmuls(actor, weights=True, inputs="hidden", count=0.5),  # delayed actor step
+        *matmuls(critic, weights=False, inputs="all", count=0.5),  # ... through the first critic
+    ]
+
+
+def roofline(name: str, reps: int = 200) -> tuple[float, float]:
+    """``(GFLOP per step, steps/s if the step were only its matmuls at this machine's torch.mm speed)``."""
+    shapes = update_matmuls(name)
+    seconds = flops = 0.0
+    for m, k, n, count in shapes:
+        a, b, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
+        for _ in range(10):
+            torch.mm(a, b, out=out)
+        start = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b, out=out)
+        seconds += count * (time.perf_counter() - start) / reps
+        flops += count * 2 * m * k * n
+    return flops / 1e9, 1.0 / seconds
+
+
 def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
     data = random_replay(np.random.default_rng(0))
     for cls in (SAC, TD3):
@@ -150,7 +214,9 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
             for key, run in runs.items():
                 timings[key].append(timed(run))
         rates = {k: median_rate(args.grad_steps, t) for k, t in timings.items()}
-        report(f"{cls.__name__} gradient steps/s", rates, "sb3 float32")
+        gflop, floor = roofline(cls.__name__)
+        report(f"{cls.__name__} gradient steps/s", rates, "sb3 float32", floor)
+        print(f"  roofline: {gflop:.2f} GFLOP of matmuls per step, {floor:.0f} steps/s at torch.mm speed")
 
 
 # -- PPO -----------------------------------------------------------------------------------------
@@ -214,12 +280,24 @@ def bench_ppo(args: argparse.Namespace) -> None:
     explorer.close()
 
 
-def report(title: str, rates: dict[str, float], baseline: str) -> None:
+def report(title: str, rates: dict[str, float], baseline: str, floor: float | None = None) -> None:
     print(title)
     base = rates.get(baseline)
     for key, rate in rates.items():
         ratio = f"  {rate / base:5.2f}x {baseline}" if base and key != baseline else ""
-        print(f"  {key:<20} {rate:9.1f}{ratio}")
+        share = f"  {rate / floor:4.0%} of roofline" if floor else ""
+        print(f"  {key:<20} {rate:9.1f}{ratio}{share}")
+
+
+def machine() -> str:
+    """CPU capability and the lscpu flags that decide bfloat16 speed."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    found = ", ".join(f for f in wanted if f in flags) or "unknown"
+    return f"cpu capability {torch.backends.cpu.get_cpu_capability()}, flags: {found}, {os.cpu_count()} cores"
 
 
 def main() -> None:
@@ -235,7 +313,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), "
-        f"stable-baselines3 {sb3.__version__ if sb3 else 'not installed'}"
+        f"stable-baselines3 {sb3.__version__ if sb3 else 'not installed'}; {machine()}"
     )
     with tempfile.TemporaryDirectory() as folder:
         if args.only in (None, "off-policy"):
