@@ -1,6 +1,6 @@
 """Agent update speed against Stable-Baselines3, measured in the same run with the same torch threads.
 
-    python bench/bench_agents.py [--threads 1] [--grad-steps 300] [--repeats 3] [--ppo-iterations 2]
+    python bench/bench_agents.py [--threads 1 2] [--grad-steps 300] [--repeats 3] [--ppo-iterations 2]
 
 - SAC and TD3: gradient steps per second at HalfCheetah sizes (obs 17, act 6, 256x256 networks,
   batch 256), replay memories of 100,000 random transitions. digideep times
@@ -9,7 +9,16 @@
   included). Both in float32; digideep also with ``precision="bfloat16"``.
 - PPO on HalfCheetah-v5 (1 env, n_steps 2048, 10 epochs, minibatch 64, 64x64 tanh networks):
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
-  PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards.
+  PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. With a second thread count
+  digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames); the raw
+  env step rate (random actions, no agent) is measured beside the Explorer's.
+- ``--threads 1 2``: every digideep and SB3 figure at each torch thread count, all interleaved; ratios
+  against SB3 at the first count.
+
+- Roofline: the matmul FLOPs of one SAC or TD3 gradient step, listed from the networks' shapes (every
+  forward, weight-gradient and input-gradient product, as ``(m, k, n)`` shapes), and the time this
+  machine's ``torch.mm`` takes for exactly those shapes, measured in the same run. Each off-policy
+  rate is also printed as a fraction of that floor (1.0 = nothing but matmuls at torch.mm speed).
 
 Each figure is the median of ``--repeats`` timings, digideep and SB3 interleaved. Ratios are
 digideep / SB3. The machine's other load affects both sides; compare ratios, not absolute numbers.
@@ -29,6 +38,8 @@ from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+import itertools
 
 import gymnasium as gym
 import numpy as np
@@ -132,110 +143,219 @@ def sb3_off_policy(name: str, data: dict[str, np.ndarray], grad_steps: int):
     return run
 
 
+def layer_shapes(in_dim: int, out_dim: int) -> list[tuple[int, int]]:
+    sizes = [in_dim, *HIDDEN, out_dim]
+    return list(itertools.pairwise(sizes))
+
+
+def matmuls(layers: list[tuple[int, int]], *, weights: bool, inputs: str, count: float) -> list[tuple]:
+    """``(m, k, n, count)`` of one forward pass (and its backward) through ``layers`` at batch ``BATCH``.
+
+    ``weights``: weight gradients are computed; ``inputs``: ``"none"``, ``"hidden"`` (input gradients of
+    every layer but the first) or ``"all"`` (down to the network's input, e.g. the actions).
+    """
+    out = []
+    for index, (fan_in, fan_out) in enumerate(layers):
+        out.append((BATCH, fan_in, fan_out, count))  # forward
+        if weights:
+            out.append((fan_in, BATCH, fan_out, count))  # dL/dW = x^T g
+        if inputs == "all" or (inputs == "hidden" and index > 0):
+            out.append((BATCH, fan_out, fan_in, count))  # dL/dx = g W^T
+    return out
+
+
+def update_matmuls(name: str) -> list[tuple]:
+    """The matmuls of one gradient step of SAC or TD3 (two critics; TD3's actor every second step)."""
+    critic = layer_shapes(OBS_DIM + ACT_DIM, 1)
+    if name == "SAC":
+        actor = layer_shapes(OBS_DIM, 2 * ACT_DIM)
+        return [
+            *matmuls(actor, weights=False, inputs="none", count=1),  # next actions, no grad
+            *matmuls(critic, weights=False, inputs="none", count=2),  # target critics
+            *matmuls(critic, weights=True, inputs="hidden", count=2),  # critic step
+            *matmuls(actor, weights=True, inputs="hidden", count=1),  # actor step: actor
+            *matmuls(critic, weights=False, inputs="all", count=2),  # ... through both critics
+        ]
+    actor = layer_shapes(OBS_DIM, ACT_DIM)
+    return [
+        *matmuls(actor, weights=False, inputs="none", count=1),  # target actor
+        *matmuls(critic, weights=False, inputs="none", count=2),  # target critics
+        *matmuls(critic, weights=True, inputs="hidden", count=2),  # critic step
+        *matmuls(actor, weights=True, inputs="hidden", count=0.5),  # delayed actor step
+        *matmuls(critic, weights=False, inputs="all", count=0.5),  # ... through the first critic
+    ]
+
+
+def roofline(name: str, reps: int = 200) -> tuple[float, float]:
+    """``(GFLOP per step, steps/s if the step were only its matmuls at this machine's torch.mm speed)``."""
+    shapes = update_matmuls(name)
+    seconds = flops = 0.0
+    for m, k, n, count in shapes:
+        a, b, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
+        for _ in range(10):
+            torch.mm(a, b, out=out)
+        best = float("inf")
+        for _ in range(5):  # the best of 5 blocks: the hardware's rate, not the neighbours' load
+            start = time.perf_counter()
+            for _ in range(reps // 5):
+                torch.mm(a, b, out=out)
+            best = min(best, (time.perf_counter() - start) / (reps // 5))
+        seconds += count * best
+        flops += count * 2 * m * k * n
+    return flops / 1e9, 1.0 / seconds
+
+
 def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
     data = random_replay(np.random.default_rng(0))
+    first = args.threads[0]
     for cls in (SAC, TD3):
-        runs = {
-            "digideep float32": digideep_off_policy(cls, data, args.grad_steps, folder),
-            "digideep bfloat16": digideep_off_policy(
-                cls, data, args.grad_steps, folder, precision="bfloat16"
-            ),
-        }
+        runs = {}
+        for threads in args.threads:
+            runs[f"digideep float32 {threads}t"] = (
+                threads,
+                digideep_off_policy(cls, data, args.grad_steps, folder),
+            )
+        runs[f"digideep bfloat16 {first}t"] = (
+            first,
+            digideep_off_policy(cls, data, args.grad_steps, folder, precision="bfloat16"),
+        )
         if sb3 is not None:
-            runs["sb3 float32"] = sb3_off_policy(cls.__name__, data, args.grad_steps)
-        for run in runs.values():
-            run()  # warm-up
-        timings: dict[str, list[float]] = {k: [] for k in runs}
-        for _ in range(args.repeats):
-            for key, run in runs.items():
-                timings[key].append(timed(run))
-        rates = {k: median_rate(args.grad_steps, t) for k, t in timings.items()}
-        report(f"{cls.__name__} gradient steps/s", rates, "sb3 float32")
+            for threads in args.threads:
+                runs[f"sb3 float32 {threads}t"] = (
+                    threads,
+                    sb3_off_policy(cls.__name__, data, args.grad_steps),
+                )
+        rates = interleaved(runs, args.repeats, args.grad_steps)
+        torch.set_num_threads(first)
+        gflop, floor = roofline(cls.__name__)
+        report(f"{cls.__name__} gradient steps/s", rates, f"sb3 float32 {first}t", floor)
+        print(
+            f"  roofline: {gflop:.2f} GFLOP of matmuls per step, {floor:.0f} steps/s at torch.mm speed ({first}t)"
+        )
+
+
+def interleaved(runs: dict[str, tuple[int, Any]], repeats: int, work: float) -> dict[str, float]:
+    """Median rates of ``{name: (threads, fn)}``, one warm-up each, the timings of all names interleaved."""
+    for threads, run in runs.values():
+        torch.set_num_threads(threads)
+        run()  # warm-up
+    timings: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(repeats):
+        for key, (threads, run) in runs.items():
+            torch.set_num_threads(threads)
+            timings[key].append(timed(run))
+    return {k: median_rate(work, t) for k, t in timings.items()}
 
 
 # -- PPO -----------------------------------------------------------------------------------------
-def bench_ppo(args: argparse.Namespace) -> None:
-    n_steps, iterations = 2048, args.ppo_iterations
+def digideep_ppo(workers: int, iterations: int, vectorization: str) -> tuple[Any, Any, Explorer]:
+    """``(run, act_only, explorer)``: Explorer + RolloutMemory + PPO on 2048-frame chunks."""
+    from digideep.environment.make_environment import MakeEnvironment
+
     session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
-    env_params = {"model_name": "HalfCheetah-v5"}
-    explorer = None
+    env_params = {"model_name": "HalfCheetah-v5", "vectorization": vectorization}
+    observation_space, action_space = MakeEnvironment(**env_params).spaces()
+    agent = PPO("agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64)
+    explorer = Explorer(session, {"agent": agent}, "train", env_params, workers, 2048 // workers, seed=0)
+    memory = RolloutMemory(1)
 
-    def digideep_setup() -> Any:
-        nonlocal explorer
-        from digideep.environment.make_environment import MakeEnvironment
+    def run() -> None:
+        for _ in range(iterations):
+            memory.store(explorer.update())
+            agent.update(agent.sample(memory))
 
-        observation_space, action_space = MakeEnvironment(**env_params).spaces()
-        agent = PPO("agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64)
-        explorer = Explorer(session, {"agent": agent}, "train", env_params, 1, n_steps, seed=0)
-        memory = RolloutMemory(1)
+    return run, explorer.update, explorer
 
-        def run() -> None:
-            for _ in range(iterations):
-                memory.store(explorer.update())
-                agent.update(agent.sample(memory))
 
-        def act_only() -> None:
-            explorer.update()
+def raw_env(steps: int) -> Any:
+    """Steps of HalfCheetah-v5 with random actions: the rate the Explorer is measured against."""
+    env = gym.make("HalfCheetah-v5")
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, *env.action_space.shape)).astype(np.float32)
 
-        return run, act_only, agent, memory
+    def run() -> None:
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
 
-    run, act_only, agent, memory = digideep_setup()
-    runs = {"digideep": run}
-    if sb3 is not None:
-        model = sb3.PPO(
-            "MlpPolicy",
-            gym.make("HalfCheetah-v5"),
-            n_steps=n_steps,
-            batch_size=64,
-            n_epochs=10,
-            device="cpu",
-            seed=0,
-        )
+    return run
 
-        def sb3_run() -> None:
-            model.learn(total_timesteps=n_steps * iterations, reset_num_timesteps=False)
 
-        runs["sb3"] = sb3_run
-    for r in runs.values():
-        r()  # warm-up
-    timings: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(args.repeats):
-        for key, r in runs.items():
-            timings[key].append(timed(r))
+def bench_ppo(args: argparse.Namespace) -> None:
+    n_steps, iterations, first = 2048, args.ppo_iterations, args.threads[0]
     frames = n_steps * iterations
-    report("PPO frames/s incl. updates", {k: median_rate(frames, t) for k, t in timings.items()}, "sb3")
-    explore = [timed(act_only) for _ in range(args.repeats)]
-    batch = agent.sample(memory)
-    update = [timed(lambda: agent.update(batch)) for _ in range(args.repeats)]
-    print(
-        f"  digideep parts: explore {statistics.median(explore) * 1e6 / n_steps:.0f} us/step "
-        f"(env + agent), update {statistics.median(update):.2f} s per 2048-frame chunk (320 minibatches)"
+    run, act_only, explorer = digideep_ppo(1, iterations, "sync")
+    explorers = [explorer]
+    runs: dict[str, tuple[int, Any]] = {f"digideep 1w {first}t": (first, run)}
+    for threads in args.threads[1:]:
+        run2, _, explorer2 = digideep_ppo(2, iterations, "async")
+        explorers.append(explorer2)
+        runs[f"digideep 2w async {threads}t"] = (threads, run2)
+    if sb3 is not None:
+        for threads in args.threads:
+            model = sb3.PPO(
+                "MlpPolicy",
+                gym.make("HalfCheetah-v5"),
+                n_steps=n_steps,
+                batch_size=64,
+                n_epochs=10,
+                device="cpu",
+                seed=0,
+            )
+            runs[f"sb3 {threads}t"] = (
+                threads,
+                lambda model=model: model.learn(total_timesteps=frames, reset_num_timesteps=False),
+            )
+    report("PPO frames/s incl. updates", interleaved(runs, args.repeats, frames), f"sb3 {first}t")
+    torch.set_num_threads(first)
+    acting = interleaved(
+        {"explorer": (first, act_only), "raw env": (first, raw_env(n_steps))}, args.repeats, n_steps
     )
-    explorer.close()
+    print(
+        f"PPO acting, 1 env: Explorer {acting['explorer']:.0f} steps/s, raw env {acting['raw env']:.0f} "
+        f"steps/s: {acting['explorer'] / acting['raw env']:.2f} of the raw rate "
+        f"({1e6 / acting['explorer'] - 1e6 / acting['raw env']:.0f} us per step beside the env)"
+    )
+    for each in explorers:
+        each.close()
 
 
-def report(title: str, rates: dict[str, float], baseline: str) -> None:
+def report(title: str, rates: dict[str, float], baseline: str, floor: float | None = None) -> None:
     print(title)
     base = rates.get(baseline)
     for key, rate in rates.items():
         ratio = f"  {rate / base:5.2f}x {baseline}" if base and key != baseline else ""
-        print(f"  {key:<20} {rate:9.1f}{ratio}")
+        share = f"  {rate / floor:4.0%} of roofline" if floor else ""
+        print(f"  {key:<20} {rate:9.1f}{ratio}{share}")
+
+
+def machine() -> str:
+    """CPU capability and the lscpu flags that decide bfloat16 speed."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    found = ", ".join(f for f in wanted if f in flags) or "unknown"
+    return f"cpu capability {torch.backends.cpu.get_cpu_capability()}, flags: {found}, {os.cpu_count()} cores"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", default=[1], help="torch thread counts, each for both sides"
+    )
     parser.add_argument("--grad-steps", type=int, default=300, help="gradient steps per timing (SAC/TD3)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median reported)")
     parser.add_argument("--ppo-iterations", type=int, default=2, help="2048-frame iterations per PPO timing")
     parser.add_argument("--only", choices=["off-policy", "ppo"], help="run one part")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     print(
-        f"torch {torch.__version__}, {args.threads} thread(s), "
-        f"stable-baselines3 {sb3.__version__ if sb3 else 'not installed'}"
+        f"torch {torch.__version__}, threads {args.threads}, "
+        f"stable-baselines3 {sb3.__version__ if sb3 else 'not installed'}; {machine()}"
     )
     with tempfile.TemporaryDirectory() as folder:
         if args.only in (None, "off-policy"):

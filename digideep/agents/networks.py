@@ -115,11 +115,11 @@ def init_linear_default(weight: torch.Tensor, bias: torch.Tensor, fan_in: int) -
 
 
 def init_orthogonal(module: nn.Module, gain: float = math.sqrt(2.0), last_gain: float | None = None) -> None:
-    """Orthogonal weights and zero biases for every ``nn.Linear`` in ``module``.
+    """Orthogonal weights and zero biases for every ``nn.Linear`` and recurrent cell in ``module``.
 
     Args:
         module: the network.
-        gain: gain of all linear layers but the last.
+        gain: gain of all layers but the last linear one.
         last_gain: gain of the last linear layer (e.g. 0.01 for a policy head, 1.0 for a value head);
             ``gain`` when None.
     """
@@ -128,6 +128,9 @@ def init_orthogonal(module: nn.Module, gain: float = math.sqrt(2.0), last_gain: 
         is_last = index == len(linears) - 1
         nn.init.orthogonal_(layer.weight, last_gain if (is_last and last_gain is not None) else gain)
         nn.init.zeros_(layer.bias)
+    for cell in (m for m in module.modules() if isinstance(m, nn.RNNCellBase | nn.RNNBase)):
+        for name, param in cell.named_parameters():
+            nn.init.orthogonal_(param, gain) if "weight" in name else nn.init.zeros_(param)
 
 
 class EnsembleMLP(nn.Module):

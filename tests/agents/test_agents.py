@@ -139,3 +139,33 @@ def test_unknown_parameters_are_refused(tmp_path: Path) -> None:
         SAC("agent", None, space, space, learning_rate=1e-3)
     with pytest.raises(TypeError, match="Box action space"):
         TD3("agent", None, space, gym.spaces.Discrete(3))
+
+
+def test_ddpg_is_td3_with_one_critic_and_no_smoothing() -> None:
+    import gymnasium as gym
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    session = None
+    ddpg = DDPG("agent", session, space, space)
+    assert isinstance(ddpg, TD3)
+    assert (ddpg.policy.critic.ensemble_size, ddpg.policy_frequency, ddpg.target_policy_noise) == (1, 1, 0.0)
+    td3 = TD3("agent", session, space, space)
+    assert (td3.policy.critic.ensemble_size, td3.policy_frequency, td3.target_policy_noise) == (2, 2, 0.2)
+    with pytest.raises(ValueError, match="one critic"):
+        DDPG("agent", session, space, space, num_critics=2)
+
+
+def test_bfloat16_warns_in_one_line_where_the_cpu_lacks_amx(caplog: pytest.LogCaptureFixture) -> None:
+    import gymnasium as gym
+
+    from digideep.agents.off_policy import bfloat16_speed_note
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    with caplog.at_level("WARNING"):
+        SAC("agent", None, space, space, precision="bfloat16")
+    note = bfloat16_speed_note(torch.device("cpu"))
+    warnings = [r.getMessage() for r in caplog.records if "bfloat16" in r.getMessage()]
+    if note is None:  # a CPU with AMX: no warning
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and "\n" not in warnings[0] and "float32" in warnings[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,9 +23,29 @@ from digideep.agents.ppo.policy import ActorCriticPolicy
 from digideep.agents.utils import MetricAccumulator, make_adam, to_torch
 from digideep.memory import Sampler, get_last_chunk
 
-__all__ = ["PPO"]
+__all__ = ["PPO", "Minibatch"]
 
 log = logging.getLogger(__name__)
+
+
+class Minibatch(NamedTuple):
+    """Transitions of a PPO minibatch (or, stacked, of a whole chunk), ``B`` rows each.
+
+    Attributes:
+        observations: ``(B, obs_dim) float32``.
+        actions: ``(B, *act_shape)`` float32 (Box) or ``(B,)`` int64 (Discrete).
+        log_probs: ``(B,)`` log-probabilities of the actions when they were taken.
+        values: ``(B,)`` value estimates when they were taken.
+        advantages: ``(B,)`` GAE advantages.
+        returns: ``(B,)`` ``advantages + values``, the value targets.
+    """
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
 
 
 class PPO(AgentBase):
@@ -118,7 +138,7 @@ class PPO(AgentBase):
             recurrent_size,
         ).to(self.device)
         if data_parallel and not recurrent:
-            self.policy.parallelize(["heads"])
+            self.policy.parallelize(["actor", "critic"])
         self.hidden_size = self.policy.recurrent_size
         self.optimizer = make_adam(self.policy.parameters(), self.lr, self.device, eps=adam_eps)
         self._params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -153,8 +173,8 @@ class PPO(AgentBase):
         self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor
     ) -> dict[str, Any]:
         features, next_hidden = self.policy.features(obs, hidden, masks)
-        dist, values = self.policy.heads_forward(features)
-        log_prob, _ = self.policy.log_prob_entropy(dist, actions)
+        log_prob, _ = self.policy.log_prob_entropy(self.policy.distribution(features), actions)
+        values = self.policy.value(features)
         artifacts = {"values": values.unsqueeze(-1), "action_log_probs": log_prob.unsqueeze(-1)}
         return {"actions": actions, "hidden_state": next_hidden, "artifacts": artifacts}
 
@@ -214,7 +234,7 @@ class PPO(AgentBase):
         with torch.no_grad():
             if torch.isnan(values[:, -1]).any():  # no final action: evaluate the final prestep here
                 features, _ = self.policy.features(obs[:, -1], hidden[:, -1], masks[:, -1])
-                values = torch.cat([values[:, :-1], self.policy.values(features).unsqueeze(-1)], dim=1)
+                values = torch.cat([values[:, :-1], self.policy.value(features).unsqueeze(-1)], dim=1)
             next_values = torch.zeros_like(flags["rewards"])
             truncated = flags["truncations"] > 0
             if truncated.any():
@@ -222,7 +242,7 @@ class PPO(AgentBase):
                 # the state after acting at row t is the one stored at row t + 1 (no reset: mask 1)
                 after = hidden[:, 1:][truncated]
                 features, _ = self.policy.features(next_obs, after, torch.ones_like(after[:, :1]))
-                next_values[truncated] = self.policy.values(features)
+                next_values[truncated] = self.policy.value(features)
             advantages, returns = losses.gae(
                 flags["rewards"],
                 values,
@@ -248,25 +268,18 @@ class PPO(AgentBase):
         }
 
     def _epochs_flat(self, data: dict[str, torch.Tensor], clip: float, metrics: MetricAccumulator) -> None:
-        keys = ("observations", "actions", "log_probs", "values", "advantages", "returns")
-        flat = [data[k].reshape(-1, *data[k].shape[2:]) for k in keys]
-        size, batch_size = flat[0].shape[0], self.batch_size
+        flat = Minibatch(*(data[k].reshape(-1, *data[k].shape[2:]) for k in Minibatch._fields))
+        size, batch_size = flat.observations.shape[0], self.batch_size
         for _ in range(self.n_epochs):
             order = torch.randperm(size, device=self.device)
-            shuffled = [x[order] for x in flat]
+            shuffled = Minibatch(*(x[order] for x in flat))
             if self.normalize_advantage:
-                shuffled[4] = losses.normalize_per_minibatch(shuffled[4], batch_size)
+                advantages = losses.normalize_per_minibatch(shuffled.advantages, batch_size)
+                shuffled = shuffled._replace(advantages=advantages)
             log_ratios = []
             for start in range(0, size, batch_size):
-                obs, actions, old_log_probs, old_values, advantages, returns = (
-                    x[start : start + batch_size] for x in shuffled
-                )
-                dist, values = self.policy.heads_forward(obs)
-                log_ratios.append(
-                    self._step(
-                        dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
-                    )
-                )
+                batch = Minibatch(*(x[start : start + batch_size] for x in shuffled))
+                log_ratios.append(self._step(batch.observations, batch, clip, metrics))
             if self._epoch_end(log_ratios, clip, metrics):
                 break
 
@@ -283,41 +296,34 @@ class PPO(AgentBase):
                 features = self.policy.sequence_features(
                     data["observations"][rows], data["hidden"][rows], data["masks"][rows]
                 )
-                dist, values = self.policy.heads_forward(features.reshape(-1, features.shape[-1]))
-                actions, old_log_probs, old_values, advantages, returns = (
-                    data[k][rows].reshape(-1, *data[k].shape[2:])
-                    for k in ("actions", "log_probs", "values", "advantages", "returns")
-                )
+                batch = Minibatch(*(data[k][rows].reshape(-1, *data[k].shape[2:]) for k in Minibatch._fields))
                 if self.normalize_advantage:
-                    advantages = losses.normalize_per_minibatch(advantages, advantages.shape[0])
-                log_ratios.append(
-                    self._step(
-                        dist, values, actions, old_log_probs, old_values, advantages, returns, clip, metrics
-                    )
-                )
+                    advantages = losses.normalize_per_minibatch(batch.advantages, batch.advantages.shape[0])
+                    batch = batch._replace(advantages=advantages)
+                log_ratios.append(self._step(features.reshape(-1, features.shape[-1]), batch, clip, metrics))
             if self._epoch_end(log_ratios, clip, metrics):
                 break
 
     def _step(
-        self,
-        dist: torch.Tensor,
-        values: torch.Tensor,
-        actions: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        old_values: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        clip: float,
-        metrics: MetricAccumulator,
+        self, features: torch.Tensor, batch: Minibatch, clip: float, metrics: MetricAccumulator
     ) -> torch.Tensor:
-        """One minibatch gradient step; inputs ``(B, ...)``, advantages already normalized.
+        """One minibatch gradient step (CleanRL's inner loop); advantages already normalized.
+
+        Args:
+            features: ``(B, F)`` policy inputs (the observations, or the GRU's outputs).
+            batch: the minibatch, ``(B, ...)`` each.
+            clip: the current clip range.
+            metrics: where the losses go.
 
         Returns:
             ``(B,)`` detached log-ratios, for the epoch's clip fraction and approximate KL.
         """
-        log_probs, entropy = self.policy.log_prob_entropy(dist, actions)
-        pg_loss, log_ratio = losses.policy_loss(log_probs, old_log_probs, advantages, clip)
-        v_loss = losses.value_loss(values, old_values, returns, clip if self.clip_value_loss else None)
+        log_probs, entropy = self.policy.log_prob_entropy(self.policy.distribution(features), batch.actions)
+        values = self.policy.value(features)
+        pg_loss, log_ratio = losses.policy_loss(log_probs, batch.log_probs, batch.advantages, clip)
+        v_loss = losses.value_loss(
+            values, batch.values, batch.returns, clip if self.clip_value_loss else None
+        )
         loss = pg_loss + self.vf_coef * v_loss
         if self.ent_coef:
             loss = loss + self.ent_coef * losses.entropy_loss(entropy)

@@ -1,4 +1,4 @@
-"""Twin Delayed Deep Deterministic Policy Gradient."""
+"""Twin Delayed Deep Deterministic Policy Gradient (and the update DDPG specializes)."""
 
 from digideep.agents.td3.agent import TD3
 

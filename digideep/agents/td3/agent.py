@@ -1,4 +1,10 @@
-"""TD3 (Fujimoto et al. 2018): DDPG with twin critics, target policy smoothing and delayed actor updates.
+"""TD3 (Fujimoto et al. 2018): twin critics, target policy smoothing and delayed actor updates.
+
+The update reads like CleanRL's ``td3_continuous_action.py`` and SB3's ``TD3.train``: target under
+``no_grad`` (with smoothed target actions), critic step, and every ``policy_frequency`` gradient steps
+an actor step against the freshly updated first critic (through detached critic weights) followed by
+the Polyak average of both targets. DDPG (:mod:`digideep.agents.ddpg`) is the special case with one
+critic, no delay and no smoothing, as in SB3.
 
 Defaults follow the paper, SB3 and CleanRL: two critics, ``policy_frequency`` 2, smoothing noise 0.2
 clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1e-3).
@@ -6,17 +12,43 @@ clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gymnasium as gym
+import torch
 
-from digideep.agents.ddpg.agent import DDPG
+from digideep.agents.noise import make_noise
+from digideep.agents.off_policy import OffPolicyAgent, Transitions
+from digideep.agents.td3 import losses
+from digideep.agents.td3.policy import DeterministicPolicy
+from digideep.agents.utils import MetricAccumulator, make_adam, polyak_update
 
 __all__ = ["TD3"]
 
+log = logging.getLogger(__name__)
 
-class TD3(DDPG):
-    """Twin Delayed DDPG; every argument of :class:`~digideep.agents.ddpg.agent.DDPG` applies."""
+
+class TD3(OffPolicyAgent):
+    """Twin Delayed Deep Deterministic Policy Gradient for Box action spaces.
+
+    Args:
+        name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
+        session: the run's Session (device, paths).
+        observation_space: the single-environment observation space.
+        action_space: this agent's action space.
+        lr: learning rate of actor and critics (CleanRL 3e-4; SB3 1e-3).
+        actor_lr: actor learning rate; ``lr`` when None.
+        critic_lr: critic learning rate; ``lr`` when None.
+        noise_type: exploration noise, ``"normal"``, ``"ou"`` (reset at episode starts) or ``"none"``.
+        noise_std: its std (OU: sigma), in normalized action units (0.1 in SB3 zoo, CleanRL, TD3 paper).
+        policy_frequency: gradient steps per actor step and target update (2; SB3 ``policy_delay``).
+        num_critics: critics in the ensemble; the target takes their minimum (2; SB3 ``n_critics``).
+        target_policy_noise: std of the target policy smoothing (0.2; 0 disables it).
+        target_noise_clip: bound of the smoothing noise.
+        activation: hidden activation.
+        **params: :class:`~digideep.agents.off_policy.OffPolicyAgent` arguments.
+    """
 
     def __init__(
         self,
@@ -26,21 +58,92 @@ class TD3(DDPG):
         action_space: gym.Space,
         *,
         lr: float = 3e-4,
-        num_critics: int = 2,
+        actor_lr: float | None = None,
+        critic_lr: float | None = None,
+        noise_type: str = "normal",
+        noise_std: float = 0.1,
         policy_frequency: int = 2,
+        num_critics: int = 2,
         target_policy_noise: float = 0.2,
         target_noise_clip: float = 0.5,
+        activation: str = "relu",
         **params: Any,
     ) -> None:
-        super().__init__(
-            name,
-            session,
-            observation_space,
-            action_space,
-            lr=lr,
-            num_critics=num_critics,
-            policy_frequency=policy_frequency,
-            target_policy_noise=target_policy_noise,
-            target_noise_clip=target_noise_clip,
-            **params,
-        )
+        super().__init__(name, session, observation_space, action_space, **params)
+        if policy_frequency < 1 or num_critics < 1:
+            raise ValueError(
+                f"policy_frequency and num_critics must be >= 1, got {policy_frequency} and {num_critics}"
+            )
+        act_dim = self.scaler.dim
+        noise = make_noise(noise_type, act_dim, noise_std, self.device)
+        self.policy = DeterministicPolicy(
+            self.obs.dim, act_dim, self.hidden_sizes, num_critics, activation, noise
+        ).to(self.device)
+        if self.data_parallel:
+            self.policy.parallelize(["actor", "critic", "actor_target", "critic_target"])
+        self.policy_frequency = int(policy_frequency)
+        self.target_policy_noise = float(target_policy_noise)
+        self.target_noise_clip = float(target_noise_clip)
+        actor = self.policy.unwrapped("actor")
+        critic = self.policy.unwrapped("critic")
+        self.actor_optimizer = make_adam(actor.parameters(), actor_lr or lr, self.device)
+        self.critic_optimizer = make_adam(critic.parameters(), critic_lr or lr, self.device)
+        self._target_params = [
+            *self.policy.unwrapped("actor_target").parameters(),
+            *self.policy.unwrapped("critic_target").parameters(),
+        ]
+        self._online_params = [*actor.parameters(), *critic.parameters()]
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
+    ) -> dict[str, Any]:
+        out = self.policy.generate_actions(obs, hidden, masks, deterministic)
+        out["actions"] = self.scaler.to_env(out["actions"]).reshape(-1, *self.scaler.shape)
+        return out
+
+    # -- learning --------------------------------------------------------------------------------
+    def learn(self, data: Transitions) -> dict[str, float]:
+        """One gradient step per minibatch (``data`` leading axis)."""
+        policy, gamma = self.policy, self.gamma
+        smoothing = self.target_policy_noise > 0
+        noise = torch.randn_like(data.actions) if smoothing else None
+        metrics = MetricAccumulator()
+        for i in range(data.actions.shape[0]):
+            obs, next_obs = data.observations[i], data.next_observations[i]
+            with self.mixed_precision():
+                with torch.no_grad():
+                    next_actions = policy.actor_target(next_obs)
+                    if noise is not None:
+                        next_actions = losses.smoothed_target_actions(
+                            next_actions, noise[i], self.target_policy_noise, self.target_noise_clip
+                        )
+                    next_q = policy.q_values(next_obs, next_actions, target=True)
+                    target = losses.q_target(data.rewards[i], data.terminals[i], next_q, gamma)
+                q = policy.q_values(obs, data.actions[i])
+                qf_loss = losses.critic_loss(q, target)
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            qf_loss.backward()
+            self.critic_optimizer.step()
+            metrics.add(**{"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()})
+
+            if self.updates % self.policy_frequency == 0:
+                with self.mixed_precision():
+                    actor_loss = losses.actor_loss(policy.q1_detached(obs, policy.actor(obs)))
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                actor_loss.backward()
+                self.actor_optimizer.step()
+                polyak_update(self._target_params, self._online_params, self.tau)
+                metrics.add(**{"losses/actor_loss": actor_loss.detach()})
+            self.updates += 1
+        return metrics.result()
+
+    # -- state -----------------------------------------------------------------------------------
+    def _stateful(self) -> dict[str, Any]:
+        return {
+            **super()._stateful(),
+            "policy": self.policy,
+            "critic_optimizer": self.critic_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+            "noise": self.policy.noise,
+        }

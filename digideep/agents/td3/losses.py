@@ -1,12 +1,71 @@
-"""TD3 losses (Fujimoto et al. 2018), pure functions.
+"""TD3 losses (Fujimoto et al. 2018), pure functions; DDPG uses them with one critic.
 
-TD3's critic and actor losses are DDPG's with two critics (the target takes their minimum, the actor
-follows the first); what TD3 adds is target policy smoothing (:func:`smoothed_target_actions`, kept
-beside the DDPG losses that the shared update uses).
+Shapes: ``B`` transitions, ``E`` critics. All tensors float32.
 """
 
 from __future__ import annotations
 
-from digideep.agents.ddpg.losses import actor_loss, critic_loss, q_target, smoothed_target_actions
+import torch
 
 __all__ = ["actor_loss", "critic_loss", "q_target", "smoothed_target_actions"]
+
+
+def q_target(
+    rewards: torch.Tensor, terminals: torch.Tensor, next_q: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """``y = r + gamma (1 - terminal) min_i Q'_i(s', mu'(s'))``.
+
+    Args:
+        rewards: ``(B,)``.
+        terminals: ``(B,)``, 1.0 where the episode terminated (truncation is not a terminal).
+        next_q: ``(B, E)`` target critics at the next state and the target actor's action.
+        gamma: discount.
+
+    Returns:
+        ``(B,)`` targets (compute under ``torch.no_grad()``).
+    """
+    return rewards + gamma * (1.0 - terminals) * next_q.min(dim=-1).values
+
+
+def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over critics of the mean squared TD error.
+
+    Args:
+        q: ``(B, E)`` online critics at the stored ``(s, a)``.
+        target: ``(B,)``, no gradient.
+
+    Returns:
+        scalar.
+    """
+    return (q - target.unsqueeze(-1)).pow(2).mean(dim=0).sum()
+
+
+def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
+    """``-mean Q_1(s, mu(s))``: the deterministic policy gradient through the first critic.
+
+    Args:
+        q_pi: ``(B,)`` or ``(B, 1)`` first critic at the actor's actions (critic weights detached by the
+            caller).
+
+    Returns:
+        scalar.
+    """
+    return -q_pi.mean()
+
+
+def smoothed_target_actions(
+    next_actions: torch.Tensor, noise: torch.Tensor, policy_noise: float, noise_clip: float
+) -> torch.Tensor:
+    """TD3's target policy smoothing: ``clip(mu'(s') + clip(policy_noise * noise, -noise_clip, noise_clip), -1, 1)``.
+
+    Args:
+        next_actions: ``(B, A)`` target actor's actions in normalized units.
+        noise: ``(B, A)`` standard normal draws.
+        policy_noise: std of the smoothing noise (normalized units; 0.2 in the paper).
+        noise_clip: bound of the smoothing noise (0.5 in the paper).
+
+    Returns:
+        ``(B, A)`` in ``[-1, 1]``.
+    """
+    smoothing = (noise * policy_noise).clamp(-noise_clip, noise_clip)
+    return (next_actions + smoothing).clamp(-1.0, 1.0)

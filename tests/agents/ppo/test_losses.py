@@ -107,34 +107,53 @@ def test_value_loss_clipped_is_pessimistic() -> None:
     assert losses.value_loss(values, old, returns, 0.5).item() == 3.125
 
 
-def test_gaussian_and_categorical_match_torch_distributions() -> None:
+def test_gaussian_and_categorical_log_probs_and_entropies() -> None:
     torch.manual_seed(0)
     box = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8])
     box.log_std.data = torch.tensor([0.3, -0.5])
-    dist, values = box.heads_forward(torch.randn(5, 3))
+    features = torch.randn(5, 3)
     actions = torch.randn(5, 2)
-    log_prob, entropy = box.log_prob_entropy(dist, actions)
-    reference = Normal(dist, box.log_std.exp())
+    log_prob, entropy = box.log_prob_entropy(box.distribution(features), actions)
+    reference = Normal(box.actor(features), box.log_std.exp())
     torch.testing.assert_close(log_prob, reference.log_prob(actions).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
-    assert values.shape == (5,)
+    assert box.value(features).shape == (5,)
 
-    cat = ActorCriticPolicy(3, gym.spaces.Discrete(4), [8], ortho_init=False)
-    logits, _ = cat.heads_forward(torch.randn(5, 3))
-    actions = torch.tensor([0, 1, 2, 3, 1])
-    log_prob, entropy = cat.log_prob_entropy(logits, actions)
-    reference = Categorical(logits=logits)
-    torch.testing.assert_close(log_prob, reference.log_prob(actions))
+    cat = ActorCriticPolicy(3, gym.spaces.Discrete(4, start=1), [8], ortho_init=False)
+    out = cat.generate_actions(features, torch.zeros(5, 1), torch.ones(5, 1), deterministic=False)
+    assert out["actions"].dtype == torch.int64 and set(out["actions"].tolist()) <= {1, 2, 3, 4}
+    reference = Categorical(logits=cat.actor(features))
+    log_prob, entropy = cat.log_prob_entropy(cat.distribution(features), out["actions"])
+    torch.testing.assert_close(log_prob, reference.log_prob(out["actions"] - 1))
+    torch.testing.assert_close(out["artifacts"]["action_log_probs"].squeeze(-1), log_prob)
     torch.testing.assert_close(entropy, reference.entropy())
-    sampled, sampled_log_prob = cat.sample(logits, deterministic=False)
-    assert sampled.dtype == torch.int64 and sampled.shape == (5,)
-    torch.testing.assert_close(sampled_log_prob, reference.log_prob(sampled))
 
 
-def test_value_loss_reaches_only_the_critic_member() -> None:
+def test_value_loss_reaches_only_the_critic() -> None:
     policy = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8])
-    _, values = policy.heads_forward(torch.randn(4, 3))
+    values = policy.value(torch.randn(4, 3))
     losses.value_loss(values, values.detach(), torch.ones(4), None).backward()
-    last_weight = policy.heads.weights[-1].grad
-    assert last_weight[1].abs().sum() > 0 and last_weight[0].abs().sum() == 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.critic.parameters())
+    assert all(p.grad is None for p in policy.actor.parameters())
     assert policy.log_std.grad is None
+
+
+def test_checkpoints_of_the_fused_actor_critic_still_load() -> None:
+    """Earlier checkpoints stacked actor and critic as ``heads.weights.<i>: (2, in, out)``."""
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8, 8])
+    actor = [policy.actor[i] for i in (0, 2, 4)]
+    critic = [policy.critic[i] for i in (0, 2, 4)]
+    old = {"log_std": policy.log_std.detach().clone()}
+    for layer, (a, c) in enumerate(zip(actor, critic, strict=True)):
+        c_weight, c_bias = c.weight.detach(), c.bias.detach()
+        if layer == 2:  # the critic member had the actor's output width; its first output was the value
+            c_weight = torch.cat([c_weight, torch.randn(1, 8)])
+            c_bias = torch.cat([c_bias, torch.randn(1)])
+        old[f"heads.weights.{layer}"] = torch.stack([a.weight.detach().T, c_weight.T])
+        old[f"heads.biases.{layer}"] = torch.stack([a.bias.detach(), c_bias]).unsqueeze(1)
+    fresh = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8, 8])
+    fresh.load_state_dict(old)
+    features = torch.randn(4, 3)
+    torch.testing.assert_close(fresh.actor(features), policy.actor(features))
+    torch.testing.assert_close(fresh.value(features), policy.value(features))

@@ -1,10 +1,11 @@
-"""TD3's pure pieces: target policy smoothing and the twin-critic target."""
+"""TD3's pure pieces (DDPG uses them with one critic): targets, losses, smoothing, and where gradients go."""
 
 from __future__ import annotations
 
 import torch
 
 from digideep.agents.td3 import losses
+from digideep.agents.td3.policy import DeterministicPolicy
 
 
 def test_smoothing_noise_is_clipped_and_actions_stay_in_bounds() -> None:
@@ -18,3 +19,29 @@ def test_smoothing_noise_is_clipped_and_actions_stay_in_bounds() -> None:
 def test_twin_target_takes_the_minimum() -> None:
     target = losses.q_target(torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([[3.0, 2.0]]), gamma=1.0)
     torch.testing.assert_close(target, torch.tensor([2.0]))
+
+
+def test_q_target_bootstraps_unless_terminal() -> None:
+    target = losses.q_target(
+        torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0]), torch.tensor([[10.0], [10.0]]), gamma=0.5
+    )
+    torch.testing.assert_close(target, torch.tensor([6.0, 1.0]))
+
+
+def test_critic_and_actor_loss_values() -> None:
+    assert losses.critic_loss(torch.tensor([[1.0], [3.0]]), torch.tensor([0.0, 1.0])).item() == 2.5
+    assert losses.actor_loss(torch.tensor([[1.0], [3.0]])).item() == -2.0
+
+
+def test_actor_loss_reaches_only_the_actor() -> None:
+    torch.manual_seed(0)
+    policy = DeterministicPolicy(3, 2, [8], num_critics=1)
+    obs = torch.randn(5, 3)
+    losses.actor_loss(policy.q1_detached(obs, policy.actor(obs))).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.actor.parameters())
+    assert all(p.grad is None for p in policy.critic.parameters())
+    assert all(p.grad is None for p in policy.actor_target.parameters())
+    policy.zero_grad(set_to_none=True)
+    losses.critic_loss(policy.q_values(obs, torch.zeros(5, 2)), torch.zeros(5)).backward()
+    assert all(p.grad is not None for p in policy.critic.parameters())
+    assert all(p.grad is None for p in policy.actor.parameters())
