@@ -254,6 +254,19 @@ def test_a_device_that_does_not_exist_gives_one_line_exit_2_and_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_cpanel_device_knob_is_checked_in_one_line_before_anything_is_written(tmp_path, capsys):
+    root = ["--session-path", str(tmp_path / "sessions")]
+    argv = ["--params", "params.pendulum_sac", "--no-prefect", *root, "--cpanel", '{"device": "cuda:99"}']
+    assert main(argv) == 2
+    message = "has no usable CUDA device" if not CUDA else "does not exist"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "digideep: error: session.device of 'params.pendulum_sac': device 'cuda:99' "
+    ), err
+    assert message in err and "devices here: " + ", ".join(available_devices()) in err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(not CUDA or not gpu_handles(), reason="needs a CUDA device with NVML")
 def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatch):
     from mlflow import MlflowClient
