@@ -133,9 +133,10 @@ class MakeEnvironment:
         self.vector_wrappers = _check_stack(list(vector_wrappers or []), "vector_wrappers")
         self.env_kwargs = dict(env_kwargs or {})
         self.max_episode_steps = max_episode_steps
-        self.dm_control = dmc.check_options(dm_control, model_name) if dmc.is_dm_control(model_name) else None
-        if dm_control and self.dm_control is None:
-            dmc.check_options(dm_control, model_name)  # raises: options for a non-dm_control id
+        # checked options for dm_control ids (None otherwise; options for other ids raise)
+        self.dm_control = (
+            dmc.check_options(dm_control, model_name) if dm_control or dmc.is_dm_control(model_name) else None
+        )
         self._register()
         self._spaces: tuple[spaces.Space, spaces.Dict] | None = None
 
