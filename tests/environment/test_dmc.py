@@ -94,7 +94,7 @@ def test_pixel_observations_are_uint8_images() -> None:
 CASES = {
     # swing-up: a time limit inside the next chunk is not reached; state is physics + task RNG
     "cartpole": {"model_name": CARTPOLE},
-    # contacts (the solver's warm start matters), a Dict observation kept
+    # contacts: plain get_state() (no solver warm start) drifts within these 300 steps; a Dict kept
     "walker": {"model_name": "dm_control/walker-walk-v0", "dm_control": {"observation": "dict"}},
     # the target position is a model field the task sets per episode
     "reacher": {"model_name": "dm_control/reacher-easy-v0"},
@@ -105,7 +105,7 @@ CASES = {
 def test_restored_explorer_produces_the_same_next_chunk(make_explorer, case: str) -> None:
     env = CASES[case]
     original_agents = random_agents(env, seed=1)
-    original = make_explorer(env, agents=original_agents, seed=5, n_steps=40)
+    original = make_explorer(env, agents=original_agents, seed=5, n_steps=300)
     original.update()
     saved = weights_only_round_trip(
         {"explorer": original.state_dict(), "agents": {n: a.state_dict() for n, a in original_agents.items()}}
@@ -115,7 +115,7 @@ def test_restored_explorer_produces_the_same_next_chunk(make_explorer, case: str
     restored_agents = random_agents(env, seed=99)
     for name, agent in restored_agents.items():
         agent.load_state_dict(saved["agents"][name])
-    restored = make_explorer(env, agents=restored_agents, seed=123, n_steps=40)
+    restored = make_explorer(env, agents=restored_agents, seed=123, n_steps=300)
     restored.load_state_dict(saved["explorer"])
     assert_chunks_equal(restored.update(), expected)
 
