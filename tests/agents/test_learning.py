@@ -2,8 +2,8 @@
 
 Targets (mean return of 10 deterministic episodes at the end of the run): SAC on Pendulum-v1 >= -200
 after 10,000 frames; TD3 and DDPG on Pendulum-v1 >= -250 after 20,000; PPO on CartPole-v1 >= 475
-after 100,000; SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed: about half an
-hour on two shared cores). The quick tests at the bottom run a sliver of each to keep the files
+after 100,000; SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
+steps, over an hour on two busy cores). The quick tests at the bottom run a sliver of each to keep the files
 importable and their trees buildable in CI.
 """
 
