@@ -41,6 +41,7 @@ __all__ = [
     "PREFIX",
     "DMCUnavailableError",
     "PixelObservation",
+    "check_options",
     "is_dm_control",
     "register",
     "suite_environment",
