@@ -3,6 +3,7 @@
 A worker env is, from the inside out::
 
     gymnasium.make(model_name, max_episode_steps, render_mode, **env_kwargs)   # includes TimeLimit
+    <dm_control observation>         # dm_control/... ids only: flat vector (default), dict or pixels
     RecordEpisodeStatistics          # raw episode returns/lengths for the Monitor
     <wrappers from params>           # e.g. gymnasium.wrappers.RescaleAction
     VideoRecorder                    # only when rendering to a video folder
@@ -27,6 +28,9 @@ Autoreset mode: ``SAME_STEP``. The step that ends an episode returns the first o
 next one and puts the final observation in ``infos["final_obs"]``, so every row of a chunk is a real
 transition (``NEXT_STEP`` would spend one step per episode end on a dummy reset transition) and the
 layout matches the original Digideep one: ``/masks`` is 0 on the first row of a new episode.
+
+DeepMind Control ids (``dm_control/<domain>-<task>-v0``, through ``shimmy[dm-control]``) register on
+demand (:mod:`digideep.environment.dmc`); the ``dm_control`` argument chooses their observations.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics
 
+from digideep.environment import dmc
 from digideep.environment.spaces import space_to_dict
 from digideep.environment.wrappers import EnvState, SingleAgentAdapter, VideoRecorder
 from digideep.utility.imports import import_object
@@ -97,9 +102,13 @@ class MakeEnvironment:
         vector_wrappers: vector-env wrapper stack (module doc).
         env_kwargs: keyword arguments for ``gymnasium.make``.
         max_episode_steps: overrides the registered time limit.
+        dm_control: options of ``dm_control/...`` ids: ``observation`` (``"flat"``: one vector, the
+            default; ``"dict"``: the suite's Dict; ``"pixels"``: a ``(height, width, 3) uint8`` image),
+            ``width``, ``height`` (84) and ``camera_id`` (0) of the image (:mod:`~digideep.environment.dmc`).
 
     Raises:
         ValueError: for an unknown environment, vectorization or a malformed wrapper entry.
+        UsageError: a ``dm_control/...`` id without dm_control installed (one line naming the fix).
     """
 
     def __init__(
@@ -111,6 +120,7 @@ class MakeEnvironment:
         vector_wrappers: list[dict] | None = None,
         env_kwargs: dict | None = None,
         max_episode_steps: int | None = None,
+        dm_control: dict[str, Any] | None = None,
     ) -> None:
         if vectorization not in VECTORIZATIONS:
             raise ValueError(f"vectorization must be one of {VECTORIZATIONS}, got {vectorization!r}")
@@ -123,6 +133,10 @@ class MakeEnvironment:
         self.vector_wrappers = _check_stack(list(vector_wrappers or []), "vector_wrappers")
         self.env_kwargs = dict(env_kwargs or {})
         self.max_episode_steps = max_episode_steps
+        # checked options for dm_control ids (None otherwise; options for other ids raise)
+        self.dm_control = (
+            dmc.check_options(dm_control, model_name) if dm_control or dmc.is_dm_control(model_name) else None
+        )
         self._register()
         self._spaces: tuple[spaces.Space, spaces.Dict] | None = None
 
@@ -132,6 +146,8 @@ class MakeEnvironment:
                 importlib.import_module(self.from_module)
             except ImportError as error:
                 raise ValueError(f"cannot import from_module '{self.from_module}': {error}") from error
+        if self.dm_control is not None:
+            dmc.register()  # on demand: registers shimmy's ids (and fixes dm_control for MuJoCo 4)
         if self.model_name not in gym.registry:
             hint = (
                 "set from_module to the module that registers it"
@@ -150,7 +166,10 @@ class MakeEnvironment:
             kwargs["max_episode_steps"] = self.max_episode_steps
         if render:
             kwargs["render_mode"] = "rgb_array"
-        env = RecordEpisodeStatistics(gym.make(self.model_name, **kwargs))
+        env = gym.make(self.model_name, **kwargs)
+        if self.dm_control is not None:
+            env = dmc.wrap(env, self.dm_control)
+        env = RecordEpisodeStatistics(env)
         for entry in self.wrappers:
             env = _apply(env, entry, "wrapper")
         if mode != "train":

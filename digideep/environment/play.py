@@ -12,8 +12,8 @@ and prints ``id  obs <space>  act <space>``; an environment that fails to build 
 error instead of stopping the listing. Running prints one line per run (an episode, cut after
 ``--n-step`` steps): its return, its length and the environment's steps per second (the time spent in
 ``step`` and in drawing the action; ``--delay`` waits are left out). Gymnasium and MuJoCo ids work;
-DeepMind Control ids (``dm_control/...``) do once a ``dm_control`` that runs on the installed MuJoCo
-is installed (see the README), and Atari ids once ``ale_py`` is.
+DeepMind Control ids (``dm_control/...``) do once ``pip install 'digideep[dmc]'`` installed them, and
+Atari ids once ``ale_py`` is.
 
 Bad input (an unknown id, a bad regular expression, a module that does not import) prints one line,
 ``digideep: error: ...``, with the closest registered ids for an unknown one, and exits with code 2.
@@ -74,13 +74,12 @@ def import_from_module(module: str | None) -> None:
 
 def check_registered(model_name: str, from_module: str | None = None) -> None:
     """Raise :class:`UsageError` naming the closest registered ids when ``model_name`` is unknown."""
+    if model_name.startswith("dm_control/"):
+        from digideep.environment import dmc
+
+        dmc.register()  # on demand; without dm_control installed, one line naming the fix
     if model_name in gym.registry:
         return
-    if model_name.startswith("dm_control/"):
-        raise UsageError(
-            f"unknown environment '{model_name}'; DeepMind Control ids are registered by shimmy[dm-control], "
-            "which digideep does not support yet (dm_control 1.0.50 fails on MuJoCo 4.0.0)"
-        )
     close = difflib.get_close_matches(model_name, list(gym.registry), n=3, cutoff=0.6)
     if not close:  # 'hopper' finds 'Hopper-v5': compare without case and version
         lowered = {key.lower(): key for key in gym.registry}

@@ -16,12 +16,18 @@ What a capture holds:
 - for MuJoCo environments, every fixed-size array of ``MjData`` and ``time``: the integration state
   and the derived quantities (``xipos``, ``cfrc_ext``) that some rewards read before stepping, so
   that the next steps repeat bit for bit;
+- for DeepMind Control suite environments (``dm_control/...`` through shimmy), the physics'
+  integration state (``mjSTATE_INTEGRATION``: plain ``get_state()`` leaves out the solver's warm
+  start, and contact tasks then drift by 1e-15 within a few steps), the model fields that tasks set
+  per episode (target positions, terrain), the task's ``RandomState`` and simple attributes and the
+  environment's step counter; restored inside ``physics.reset_context()``;
 - every wrapper's simple attributes (``TimeLimit._elapsed_steps``, ``RecordEpisodeStatistics``
   sums, ``FrameStackObservation`` queues, gymnasium normaliser statistics), or its ``state_dict()``
   where it has one.
 
-An environment counts as *capturable* when it is MuJoCo-based, has a ``state`` attribute (classic
-control) or defines ``state_dict()``/``load_state_dict()`` itself. Others are restored by starting a
+An environment counts as *capturable* when it is MuJoCo-based, a DeepMind Control suite task, has a
+``state`` attribute (classic control) or defines ``state_dict()``/``load_state_dict()`` itself
+(dm_control's composer tasks, the locomotion and manipulation examples, are not capturable). Others are restored by starting a
 new episode; the Explorer logs that.
 """
 
@@ -32,6 +38,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from digideep.environment.dmc import suite_environment
 from digideep.environment.wrappers.saveable import from_saveable, is_saveable, to_saveable
 
 __all__ = ["EnvState", "env_kind"]
@@ -57,14 +64,31 @@ _SKIP_ATTRS = frozenset(
     }
 )
 _MJ_DYNAMIC = ("efc_", "iefc_", "island_", "map_efc2iefc", "map_iefc2efc", "iacc", "ifrc_")
+# MjModel fields that dm_control suite tasks write in initialize_episode (grep of dm_control/suite)
+_DMC_MODEL_FIELDS = (
+    "body_pos",
+    "dof_damping",
+    "geom_pos",
+    "geom_rgba",
+    "geom_size",
+    "hfield_data",
+    "light_pos",
+    "site_pos",
+    "site_rgba",
+    "site_size",
+    "wrap_prm",
+)
 
 
 def env_kind(env: gym.Env) -> str:
-    """``"custom"`` (own state_dict), ``"mujoco"``, ``"classic"`` (has ``state``) or ``"none"``."""
+    """``"custom"`` (own state_dict), ``"mujoco"``, ``"dm_control"``, ``"classic"`` (has ``state``) or
+    ``"none"``."""
     if callable(getattr(env, "state_dict", None)) and callable(getattr(env, "load_state_dict", None)):
         return "custom"
     if _mujoco_data(env) is not None:
         return "mujoco"
+    if suite_environment(env) is not None:
+        return "dm_control"
     if hasattr(env, "state"):
         return "classic"
     return "none"
@@ -116,6 +140,44 @@ def _restore_mujoco(data: Any, physics: dict[str, Any]) -> None:
     data.time = physics["time"]
 
 
+def _integration() -> int:
+    """``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, the solver's warm start included."""
+    import mujoco
+
+    return int(mujoco.mjtState.mjSTATE_INTEGRATION)
+
+
+def _capture_dm_control(inner: Any) -> dict[str, Any]:
+    physics, task = inner.physics, inner.task
+    model = physics.model.ptr
+    return {
+        "state": physics.get_state(_integration()).copy(),
+        "model": {name: np.array(getattr(model, name)) for name in _DMC_MODEL_FIELDS},
+        "random": task.random.get_state(),
+        "task": _capture_attrs(task),
+        "step_count": int(inner._step_count),
+        "reset_next_step": bool(inner._reset_next_step),
+    }
+
+
+def _restore_dm_control(inner: Any, saved: dict[str, Any]) -> None:
+    physics, task = inner.physics, inner.task
+    model = physics.model.ptr
+    with physics.reset_context():  # resets the data, then mj_forward once the state is in
+        for name, value in saved["model"].items():
+            getattr(model, name)[...] = value
+        physics.set_state(saved["state"], _integration())
+    if model.nhfield and physics.contexts:  # the renderer keeps its own copy of the terrain
+        import mujoco
+
+        with physics.contexts.gl.make_current() as ctx:
+            for index in range(model.nhfield):
+                ctx.call(mujoco.mjr_uploadHField, model, physics.contexts.mujoco.ptr, index)
+    task.random.set_state(saved["random"])
+    _restore_attrs(task, saved["task"])
+    inner._step_count, inner._reset_next_step = saved["step_count"], saved["reset_next_step"]
+
+
 class EnvState(gym.Wrapper):
     """Outermost per-worker wrapper that captures and restores the worker's state (module doc).
 
@@ -156,6 +218,8 @@ class EnvState(gym.Wrapper):
             state["custom"] = base.state_dict()
         elif kind == "mujoco":
             state["physics"] = _capture_mujoco(_mujoco_data(base))
+        elif kind == "dm_control":
+            state["dm_control"] = _capture_dm_control(suite_environment(base))
         return to_saveable(state)
 
     def restore_state(self, state: dict[str, Any]) -> bool:
@@ -177,6 +241,8 @@ class EnvState(gym.Wrapper):
             base.load_state_dict(state["custom"])
         elif state["kind"] == "mujoco":
             _restore_mujoco(_mujoco_data(base), from_saveable(state["physics"]))
+        elif state["kind"] == "dm_control":
+            _restore_dm_control(suite_environment(base), from_saveable(state["dm_control"]))
         return True
 
     def apply_pending_state(self) -> bool:
