@@ -350,7 +350,10 @@ class MlflowTracker:
     ) -> Path | None:
         """Plot the run's histories of ``metrics`` (those it has) and log the PNG under ``plots/``.
 
-        The PNG is written to the session folder (or a temporary folder without one).
+        The PNG is written to the session folder (or a temporary folder without one) and uploaded
+        with ``log_artifacts``. Kept against ``MlflowClient.log_figure``: that call saves the figure to
+        a temporary file and uploads it the same way, but the PNG would then not stay in the session,
+        where ``digideep runs sync`` and offline users find it.
 
         Returns:
             The PNG's local path, or None when tracking is off or the run has none of ``metrics``.
