@@ -9,6 +9,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from digideep.environment.spaces import is_image
+from digideep.errors import UsageError
+
 __all__ = [
     "BoxScaler",
     "MetricAccumulator",
@@ -35,6 +38,13 @@ class ObservationAdapter:
 
     def __init__(self, observation_space: gym.Space) -> None:
         leaves = _box_leaves(observation_space, "")
+        for path, space in leaves:
+            if is_image(space):
+                raise UsageError(
+                    f"observation '{path or '/'}' is an image {space.shape} {space.dtype}, and digideep's "
+                    "agents have MLP policies; use state observations (dm_control: observation 'flat') "
+                    "or an agent with a CNN policy"
+                )
         self.paths = [path for path, _ in leaves]
         self.shapes = [space.shape for _, space in leaves]
         self.dim = int(sum(int(np.prod(shape)) for shape in self.shapes))

@@ -90,3 +90,10 @@ def buffer_dtype(space: spaces.Space) -> np.dtype:
         raise TypeError(f"cannot store values of space {space}: it has no dtype; flatten or wrap it first")
     dtype = np.dtype(space.dtype)
     return np.dtype(np.float32) if dtype.kind == "f" else dtype
+
+
+def is_image(space: spaces.Space) -> bool:
+    """Whether ``space`` is an image: a Box of 3 or more dimensions, or of 2 with dtype uint8."""
+    if not isinstance(space, spaces.Box):
+        return False
+    return len(space.shape) >= 3 or (len(space.shape) == 2 and space.dtype == np.uint8)

@@ -37,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from digideep.environment.spaces import is_image
 from digideep.errors import UsageError
 
 __all__ = [
@@ -141,14 +142,12 @@ def agent_device(agent: Any, observation_space: gym.Space, request: str) -> torc
 
 
 def _has_images(space: gym.Space) -> bool:
-    """Whether a leaf of ``space`` is an image: a Box of 3 dimensions, or 2 of dtype uint8."""
+    """Whether a leaf of ``space`` (Dicts and Tuples walked) is an image."""
     if isinstance(space, gym.spaces.Dict):
         return any(_has_images(s) for s in space.spaces.values())
     if isinstance(space, gym.spaces.Tuple):
         return any(_has_images(s) for s in space.spaces)
-    if not isinstance(space, gym.spaces.Box):
-        return False
-    return len(space.shape) >= 3 or (len(space.shape) == 2 and space.dtype == "uint8")
+    return is_image(space)
 
 
 def requested_determinism(params_value: bool | None) -> bool:

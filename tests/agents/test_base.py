@@ -12,6 +12,7 @@ import torch
 from digideep.agents.sac import SAC
 from digideep.agents.sac.policy import SACPolicy
 from digideep.agents.utils import BoxScaler, MetricAccumulator, ObservationAdapter
+from digideep.errors import UsageError
 
 
 def test_dict_observations_flatten_in_a_fixed_order() -> None:
@@ -141,3 +142,13 @@ def _tensors(value):
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _tensors(item)
+
+
+def test_image_observations_for_an_mlp_policy_are_refused_in_one_line():
+    pixels = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)})
+    with pytest.raises(UsageError) as caught:
+        ObservationAdapter(pixels)
+    assert str(caught.value) == (
+        "observation '/pixels' is an image (84, 84, 3) uint8, and digideep's agents have MLP policies; "
+        "use state observations (dm_control: observation 'flat') or an agent with a CNN policy"
+    )
