@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
 
@@ -61,6 +62,7 @@ from digideep.tracking.naming import (
     flatten_params,
     is_http_uri,
     resolve_tracking_uri,
+    sqlite_path,
 )
 from digideep.tracking.sender import BackgroundSender, JournalUploader
 from digideep.tracking.tags import build_tags
@@ -203,7 +205,7 @@ class MlflowTracker:
             for name, value in _RUN_HTTP_LIMITS.items():
                 os.environ.setdefault(name, value)
         try:
-            with http_limits(retries=0, timeout=self.connect_timeout):
+            with http_limits(retries=0, timeout=self.connect_timeout), _store_setup_lock(self.uri):
                 self._client = MlflowClient(self.uri)
                 if self._resume_run_id:
                     self._reopen(self._resume_run_id, params, cpanel)
@@ -424,3 +426,18 @@ class MlflowTracker:
 
     def __repr__(self) -> str:
         return f"MlflowTracker(experiment={self.experiment!r}, uri={self.uri!r}, run_id={self.run_id!r})"
+
+
+def _store_setup_lock(uri: str) -> contextlib.AbstractContextManager[object]:
+    """A lock beside an embedded sqlite store while a run is created or reopened in it, else nothing.
+
+    MLflow creates (or migrates) a sqlite store's schema on first use, and two processes doing so at
+    once fail with ``duplicate column name`` or an ``alembic_version`` error: two runs of a sweep
+    starting together on a fresh ``data/mlflow.db`` did. Servers serialise their own setup; a file
+    lock does it here.
+    """
+    db_path = sqlite_path(uri)
+    if db_path is None:
+        return contextlib.nullcontext()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{db_path}.lock", thread_local=False)
