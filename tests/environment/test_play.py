@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 from digideep.environment.play import play_env
@@ -108,6 +109,10 @@ def test_unknown_id_is_one_line_naming_the_closest_ids(console: bool) -> None:
     ]
 
 
+def _needs_a_missing_package(**kwargs: object) -> gym.Env:
+    raise ImportError("No module named 'not_installed_anywhere'")
+
+
 def test_bad_arguments_are_usage_errors() -> None:
     with pytest.raises(
         UsageError, match="unknown environment 'Nothing-v9'; list the ids with --list-include"
@@ -115,11 +120,17 @@ def test_bad_arguments_are_usage_errors() -> None:
         list(play_env("Nothing-v9"))
     with pytest.raises(UsageError, match="--runs and --n-step must be >= 1"):
         list(play_env("Pendulum-v1", runs=0))
-    # registered, but needs a package that is not installed
-    with pytest.raises(
-        UsageError, match=r"environment 'GymV26Environment-v0' could not be built: ImportError: "
-    ):
-        list(play_env("GymV26Environment-v0"))
+    # registered, but needs a package that is not installed (whatever this machine has installed)
+    gym.register("NeedsMissingPackage-v0", entry_point=_needs_a_missing_package)
+    try:
+        with pytest.raises(
+            UsageError,
+            match=r"^environment 'NeedsMissingPackage-v0' could not be built: ImportError: "
+            r"No module named 'not_installed_anywhere'",
+        ):
+            list(play_env("NeedsMissingPackage-v0"))
+    finally:
+        del gym.registry["NeedsMissingPackage-v0"]
     result = play("--list-include", "(")
     assert result.returncode == 2
     assert result.stderr.startswith("digideep: error: --list-include '(' is not a valid regular expression")

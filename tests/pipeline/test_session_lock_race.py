@@ -6,8 +6,10 @@ still holding what they got, so that two holders at once would both be counted.
 """
 
 import json
+import logging
 import multiprocessing
 import os
+import traceback
 
 import pytest
 
@@ -18,33 +20,49 @@ STARTERS = 8
 TRIALS = 20
 
 
-def _start(root, name, resume, barrier, results):
-    barrier.wait(timeout=60)
-    session = None
+def _start(root, name, resume, barrier, results, failures):
+    # Forked from the test process, a starter inherits the log handlers of earlier tests, some of
+    # them on streams those tests closed: it logs nothing, and reports any failure of its own.
+    logging.disable(logging.CRITICAL)
     try:
-        session = Session(root=root, name=name, resume=resume, device="cpu")
-        results.put(("held", os.getpid()))
-    except UsageError as error:
-        results.put(("refused", str(error)))
-    except Exception as error:
-        results.put(("error", repr(error)))
-    barrier.wait(timeout=60)  # every other starter has tried while the holder holds the session
-    if session is not None:
-        session.close()
+        barrier.wait(timeout=120)
+        session = None
+        try:
+            session = Session(root=root, name=name, resume=resume, device="cpu")
+            results.put(("held", os.getpid()))
+        except UsageError as error:
+            results.put(("refused", str(error)))
+        except Exception as error:
+            results.put(("error", repr(error)))
+        barrier.wait(timeout=120)  # every other starter has tried while the holder holds the session
+        if session is not None:
+            session.close()
+    except BaseException:
+        failures.put(traceback.format_exc())
+        results.close()
+        failures.close()
+        os._exit(1)
+    # leave without the exit hooks inherited from the test process (Prefect's threads, when a flow
+    # test ran before this one, make a normal exit of a forked child fail)
+    results.close()
+    results.join_thread()
+    os._exit(0)
 
 
 def _race(root, name, resume):
     context = multiprocessing.get_context("fork")
-    barrier, results = context.Barrier(STARTERS), context.Queue()
+    barrier, results, failures = context.Barrier(STARTERS), context.Queue(), context.Queue()
     starters = [
-        context.Process(target=_start, args=(root, name, resume, barrier, results)) for _ in range(STARTERS)
+        context.Process(target=_start, args=(root, name, resume, barrier, results, failures))
+        for _ in range(STARTERS)
     ]
     for starter in starters:
         starter.start()
-    outcomes = [results.get(timeout=60) for _ in starters]
+    outcomes = [results.get(timeout=120) for _ in starters]
     for starter in starters:
-        starter.join(timeout=60)
-        assert starter.exitcode == 0
+        starter.join(timeout=120)
+    codes = [starter.exitcode for starter in starters]
+    assert codes == [0] * STARTERS, (codes, [failures.get(timeout=5) for _ in range(failures.qsize())])
     return outcomes
 
 
