@@ -68,3 +68,25 @@ def assert_chunks_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> N
     for key in a:
         assert a[key].dtype == b[key].dtype, key
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def save_and_restore(make_explorer, env: dict, n_steps: int):
+    """An explorer after one chunk, saved (weights_only round trip) and restored into a fresh one.
+
+    The fresh explorer has another seed and fresh agents, so everything must come from the state.
+    Returns ``(original, restored, expected)``: ``expected`` is the original's next chunk, which the
+    restored explorer's next chunk must equal.
+    """
+    original_agents = random_agents(env, seed=1)
+    original = make_explorer(env, agents=original_agents, seed=5, n_steps=n_steps)
+    original.update()
+    saved = weights_only_round_trip(
+        {"explorer": original.state_dict(), "agents": {n: a.state_dict() for n, a in original_agents.items()}}
+    )
+    expected = original.update()
+    restored_agents = random_agents(env, seed=99)
+    for name, agent in restored_agents.items():
+        agent.load_state_dict(saved["agents"][name])
+    restored = make_explorer(env, agents=restored_agents, seed=123, n_steps=n_steps)
+    restored.load_state_dict(saved["explorer"])
+    return original, restored, expected

@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from digideep.environment.make_environment import MakeEnvironment
 
-from .conftest import assert_chunks_equal, random_agents, weights_only_round_trip
+from .conftest import assert_chunks_equal, random_agents, save_and_restore, weights_only_round_trip
 
 pytest.importorskip("dm_control", reason="needs pip install 'digideep[dmc]'")
 pytest.importorskip("shimmy")
@@ -103,20 +103,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_restored_explorer_produces_the_same_next_chunk(make_explorer, case: str) -> None:
-    env = CASES[case]
-    original_agents = random_agents(env, seed=1)
-    original = make_explorer(env, agents=original_agents, seed=5, n_steps=300)
-    original.update()
-    saved = weights_only_round_trip(
-        {"explorer": original.state_dict(), "agents": {n: a.state_dict() for n, a in original_agents.items()}}
-    )
-    expected = original.update()
-
-    restored_agents = random_agents(env, seed=99)
-    for name, agent in restored_agents.items():
-        agent.load_state_dict(saved["agents"][name])
-    restored = make_explorer(env, agents=restored_agents, seed=123, n_steps=300)
-    restored.load_state_dict(saved["explorer"])
+    _, restored, expected = save_and_restore(make_explorer, CASES[case], n_steps=300)
     assert_chunks_equal(restored.update(), expected)
 
 

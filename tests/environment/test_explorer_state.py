@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from .conftest import TEST_ENVS, assert_chunks_equal, random_agents, weights_only_round_trip
+from .conftest import TEST_ENVS, assert_chunks_equal, random_agents, save_and_restore, weights_only_round_trip
 
 NORMALIZERS = [
     {"name": "digideep.environment.wrappers.NormalizeObservation", "args": {"clip": 5.0}},
@@ -30,21 +30,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_restored_explorer_produces_the_same_next_chunk(make_explorer, case: str) -> None:
-    env = CASES[case]
-    original_agents = random_agents(env, seed=1)
-    original = make_explorer(env, agents=original_agents, seed=5, n_steps=7)
-    original.update()
-    saved = weights_only_round_trip(
-        {"explorer": original.state_dict(), "agents": {n: a.state_dict() for n, a in original_agents.items()}}
-    )
-    expected = original.update()
-
-    # a fresh explorer with another seed and fresh agents: everything must come from the state
-    restored_agents = random_agents(env, seed=99)
-    for name, agent in restored_agents.items():
-        agent.load_state_dict(saved["agents"][name])
-    restored = make_explorer(env, agents=restored_agents, seed=123, n_steps=7)
-    restored.load_state_dict(saved["explorer"])
+    original, restored, expected = save_and_restore(make_explorer, CASES[case], n_steps=7)
     assert (restored.steps, restored.timesteps, restored.n_episode) == (
         7,
         14,
