@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DEVICES
+from tests.s3 import S3Server, moto_server
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -72,3 +73,23 @@ def params_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def device(request: pytest.FixtureRequest) -> str:
     """Each available device in turn: ``"cpu"``, and ``"cuda"`` where there is one (skipped elsewhere)."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real S3-compatible server (moto) on 127.0.0.1 for the whole test session."""
+    yield from moto_server(tmp_path_factory.mktemp("moto") / "moto.log")
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Point this process's S3 clients at the test server; returns the variables for subprocesses."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    return s3_server.env
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, s3_env: dict[str, str]) -> str:
+    """A fresh, empty bucket on the test server (its name; URLs are ``s3://<name>/...``)."""
+    return s3_server.make_bucket()
