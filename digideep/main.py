@@ -267,7 +267,18 @@ def command_sync(args: argparse.Namespace) -> int:
         options = dict(params.get("tracking", {}).get("args", {}))
         if args.tracking_uri:
             options["tracking_uri"] = args.tracking_uri
-        print(sync_session(session, params, cpanel, **options))
+        info = session.info()
+        print(
+            sync_session(
+                session.path,
+                info,
+                params,
+                cpanel,
+                done=session.is_done,
+                record=session.update_info,
+                **options,
+            )
+        )
     return 0
 
 

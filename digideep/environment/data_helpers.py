@@ -6,9 +6,14 @@ printed output contradicted its own text (keys shown without their leading ``/``
 for ``None``), these functions follow the text; the docstrings say where.
 
 Placeholders (see :func:`nonify`): the "missing" value of a Python scalar is ``None``; of a numpy
-array it keeps the array's dtype: NaN for floating and complex arrays, :data:`INT_SENTINEL` (the
+array it keeps the array's dtype: NaN for floating and complex arrays, :func:`int_sentinel` (the
 smallest value of the integer dtype, e.g. ``-2**63`` for int64; ``0`` for unsigned) for integers,
 ``False`` for booleans.
+
+The helpers that other layers use too live in :mod:`digideep.utility`: :func:`flatten_dict`,
+:func:`unflatten_dict` and :func:`join_keys` in :mod:`digideep.utility.flat_keys`,
+:func:`int_sentinel` and :func:`placeholder_array` in :mod:`digideep.utility.placeholders`. They are
+imported here too, so ``digideep.environment.data_helpers`` keeps the original module's names.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from digideep.utility.flat_keys import flatten_dict, join_keys, unflatten_dict
+from digideep.utility.placeholders import int_sentinel, placeholder_array
 
 __all__ = [
     "complete_dict_of_list",
@@ -28,26 +36,10 @@ __all__ = [
     "join_keys",
     "list_of_dicts_to_flattened_dict_of_lists",
     "nonify",
+    "placeholder_array",
     "unflatten_dict",
     "update_dict_of_lists",
 ]
-
-
-def int_sentinel(dtype: np.dtype | type) -> int:
-    """The placeholder for a missing integer of ``dtype``: its minimum (0 for unsigned dtypes)."""
-    return int(np.iinfo(dtype).min)
-
-
-def placeholder_array(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-    """An array of ``shape`` filled with the missing-value placeholder of ``dtype`` (see module doc)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
-        return np.full(shape, np.nan, dtype=dtype)
-    if dtype.kind in "iu":
-        return np.full(shape, int_sentinel(dtype), dtype=dtype)
-    if dtype.kind == "b":
-        return np.zeros(shape, dtype=dtype)
-    return np.full(shape, None, dtype=object)
 
 
 def nonify(element: Any) -> Any:
@@ -153,54 +145,6 @@ def extract_keywise(dic: Mapping[str, Mapping[str, Any]], key: str) -> dict[str,
     {'agent1': [1, 2], 'agent2': [3, 4]}
     """
     return {name: sub[key] for name, sub in dic.items()}
-
-
-def flatten_dict(dic: Mapping[str, Any], sep: str = "/", prefix: str = "") -> dict[str, Any]:
-    """Flatten a nested dict into one level whose keys are unix-style paths.
-
-    >>> flatten_dict({"a": 1, "b": {"c": 1, "d": {"e": 2, "f": 3}}})
-    {'/a': 1, '/b/c': 1, '/b/d/e': 2, '/b/d/f': 3}
-    """
-    flat: dict[str, Any] = {}
-    for key, value in dic.items():
-        path = join_keys(prefix, str(key), sep)
-        if isinstance(value, Mapping):
-            flat.update(flatten_dict(value, sep=sep, prefix=path))
-        else:
-            flat[path] = value
-    return flat
-
-
-def unflatten_dict(dic: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
-    """Inverse of :func:`flatten_dict`.
-
-    >>> unflatten_dict({"/a": 1, "/b/c": 1, "/b/d/e": 2, "/b/d/f": 3})
-    {'a': 1, 'b': {'c': 1, 'd': {'e': 2, 'f': 3}}}
-
-    Raises:
-        ValueError: if a key is both a value and a prefix of other keys (``/a`` and ``/a/b``).
-    """
-    nested: dict[str, Any] = {}
-    for path, value in dic.items():
-        *parents, leaf = [part for part in path.split(sep) if part]
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"unflatten_dict: key '{path}' runs through '{part}', which holds a value")
-        if isinstance(node.get(leaf), dict):
-            raise ValueError(f"unflatten_dict: key '{path}' is also the prefix of other keys")
-        node[leaf] = value
-    return nested
-
-
-def join_keys(key1: str, key2: str, sep: str = "/") -> str:
-    """Join two unix-style keys with exactly one separator between them and one in front.
-
-    >>> join_keys('/agent1', 'artifcats')
-    '/agent1/artifcats'
-    """
-    return sep + sep.join(part for part in (key1.strip(sep), key2.strip(sep)) if part)
 
 
 def convert_time_to_batch_major(episode: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -34,11 +34,12 @@ from typing import Any
 import numpy as np
 
 from digideep.environment.chunk import ChunkBuffers
-from digideep.environment.data_helpers import flatten_dict, placeholder_array
 from digideep.environment.explorer_state import ExplorerStateMixin
 from digideep.environment.make_environment import MODES, MakeEnvironment
 from digideep.environment.spaces import buffer_dtype, flat_leaves
+from digideep.utility.flat_keys import flatten_dict
 from digideep.utility.monitoring import monitor
+from digideep.utility.placeholders import placeholder_array
 
 __all__ = ["Explorer"]
 

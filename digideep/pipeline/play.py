@@ -71,4 +71,4 @@ def _keep_videos(session: Session, checkpoint: Path, videos: list[Path]) -> None
     log.info("videos in %s", folder)
     from digideep.tracking.tracker import log_videos  # mlflow is imported only when there are videos
 
-    log_videos(session, folder)
+    log_videos(session.info(), folder)

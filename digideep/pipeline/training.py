@@ -116,7 +116,8 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         if settings.get("enabled", True):
             from digideep.tracking.tracker import sync_session
 
-            log.info("%s", sync_session(session, params, cpanel, **settings.get("args", {})))
+            options = {"record": session.update_info, **settings.get("args", {})}
+            log.info("%s", sync_session(session.path, session.info(), params, cpanel, done=True, **options))
         session.close()
         return None
     threads = params.get("session", {}).get("torch_threads")
@@ -154,7 +155,16 @@ def _open_tracker(
         return None
     from digideep.tracking.tracker import open_tracker
 
-    return open_tracker(session, params, cpanel, tags=tags or {}, journal=journal, **settings.get("args", {}))
+    return open_tracker(
+        session.path,
+        session.info(),
+        params,
+        cpanel,
+        tags=tags or {},
+        journal=journal,
+        record=session.update_info,
+        **settings.get("args", {}),
+    )
 
 
 def close_run(handle: RunHandle, status: str) -> None:

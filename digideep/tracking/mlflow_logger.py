@@ -58,6 +58,7 @@ from mlflow.entities import Param, RunTag
 from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.naming import (
+    DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
     flatten_params,
     is_http_uri,
@@ -72,7 +73,6 @@ __all__ = ["DEFAULT_CURVE_METRICS", "MlflowTracker", "TrackingUnavailableError",
 log = logging.getLogger(__name__)
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
-DEFAULT_CURVE_METRICS = ("explore/train/episode_return", "explore/test/episode_return")
 _RUN_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 

@@ -24,9 +24,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from digideep.environment.data_helpers import flatten_dict
+from digideep.utility.flat_keys import flatten_dict
 
 __all__ = [
+    "DEFAULT_CURVE_METRICS",
     "DEFAULT_DATA_ROOT",
     "MAX_KEY_LENGTH",
     "MAX_METRICS_PER_BATCH",
@@ -50,6 +51,8 @@ MAX_TAG_VALUE_LENGTH = 8000
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 DEFAULT_DATA_ROOT = Path("data")
+DEFAULT_CURVE_METRICS = ("explore/train/episode_return", "explore/test/episode_return")
+"""The metrics of a learning curve (the run's ``plots/learning_curve.png``, ``digideep runs compare``)."""
 
 _BAD_CHARACTERS = re.compile(r"[^/\w.\- :]")
 

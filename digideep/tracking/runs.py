@@ -25,8 +25,8 @@ from mlflow import MlflowClient
 
 from digideep.errors import UsageError
 from digideep.tracking.failures import http_limits, one_line
-from digideep.tracking.mlflow_logger import DEFAULT_CURVE_METRICS
 from digideep.tracking.naming import (
+    DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
     is_http_uri,
     mlflow_key,

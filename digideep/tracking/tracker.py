@@ -9,19 +9,22 @@ embedded store lives beside the sessions folder: ``data/sessions`` -> ``data/mlf
 :func:`sync_session` finishes what a run left undone in MLflow: the journal's unsent records, the
 learning curve and the run's end status. ``digideep runs sync SESSION`` and resuming a finished
 session call it; it does nothing when nothing is missing.
+
+These functions know a session only as its folder and its ``session.json`` fields (``info``); the
+caller passes ``record`` (the session's ``update_info``) to keep the run's id there, so tracking
+does not depend on the pipeline layer above it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
 
 from digideep.errors import UsageError
-from digideep.pipeline.session import Session
 from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
@@ -35,43 +38,48 @@ log = logging.getLogger(__name__)
 
 
 def open_tracker(
-    session: Session,
+    session_path: Path,
+    info: Mapping[str, Any],
     params: Mapping[str, Any],
     cpanel: Mapping[str, Any],
     tags: Mapping[str, str] | None = None,
     journal: MetricsJournal | None = None,
+    record: Callable[..., None] | None = None,
     **options: Any,
 ) -> MlflowTracker:
-    """Start (or reopen) the session's MLflow run and record its id in the session.
+    """Start (or reopen) the session's MLflow run and record its id with ``record``.
 
     A ``tracking_uri`` option naming another store than the one the session's run is in starts a
     new run there (the session's tracking moves to it).
 
     Args:
-        session: the run's session.
+        session_path: the session's folder (``<data>/sessions/<name>``).
+        info: the session's ``session.json`` fields (``params_module``, ``mlflow_run_id``,
+            ``mlflow_tracking_uri``).
         params: the resolved params tree (logged flattened).
         cpanel: the cpanel (logged under ``cpanel/``; its ``experiment`` key names the experiment).
         tags: extra tags; ``prefect.flow_run_id`` and ``prefect.deployment`` become tracker tags.
         journal: the metrics journal to send (the session's ``metrics.jsonl`` by default).
+        record: called as ``record(mlflow_run_id=..., mlflow_tracking_uri=...)`` once the run has
+            started (``Session.update_info``), so that a resume reopens the same run.
         **options: :class:`MlflowTracker` keyword arguments from ``params["tracking"]["args"]``.
 
     Raises:
         TrackingUnavailableError: the store cannot be reached and tracking is ``required``.
     """
-    info = session.info()
     tags = dict(tags or {})
     module = info.get("params_module") or "digideep"
-    data_root = session.path.parent.parent
+    data_root = session_path.parent.parent
     run_id = info.get("mlflow_run_id")
     if options.get("tracking_uri") and run_id:
         uri = resolve_tracking_uri(options["tracking_uri"], data_root)[0]
         run_id = run_id if uri == info.get("mlflow_tracking_uri") else None
     tracker = MlflowTracker(
         experiment_name(module, cpanel),
-        session.path,
+        session_path,
         data_root=data_root,
         run_id=run_id,
-        journal=journal or MetricsJournal(session.path / JOURNAL_FILE),
+        journal=journal or MetricsJournal(session_path / JOURNAL_FILE),
         params_module=module,
         flow_run_id=tags.pop("prefect.flow_run_id", None) or None,
         deployment=tags.pop("prefect.deployment", None) or None,
@@ -79,19 +87,22 @@ def open_tracker(
         **options,
     )
     run_id = tracker.start(dict(params), dict(cpanel))
-    if run_id:
-        session.update_info(mlflow_run_id=run_id, mlflow_tracking_uri=tracker.uri)
+    if run_id and record is not None:
+        record(mlflow_run_id=run_id, mlflow_tracking_uri=tracker.uri)
     return tracker
 
 
-def log_videos(session: Session, folder: Path) -> bool:
+def log_videos(info: Mapping[str, Any], folder: Path) -> bool:
     """Attach the MP4s in ``folder`` to the session's MLflow run, under ``videos/<folder name>``.
 
     Uses the client directly, so the run's status is left alone (the run may still be training).
     Returns whether they were logged; a session without a run, or a store that fails, logs a
     warning instead of failing the caller.
+
+    Args:
+        info: the session's ``session.json`` fields (``mlflow_run_id``, ``mlflow_tracking_uri``).
+        folder: the videos' folder.
     """
-    info = session.info()
     run_id = info.get("mlflow_run_id")
     if not run_id:
         return False
@@ -106,7 +117,14 @@ def log_videos(session: Session, folder: Path) -> bool:
 
 
 def sync_session(
-    session: Session, params: Mapping[str, Any], cpanel: Mapping[str, Any], **options: Any
+    session_path: Path,
+    info: Mapping[str, Any],
+    params: Mapping[str, Any],
+    cpanel: Mapping[str, Any],
+    *,
+    done: bool,
+    record: Callable[..., None] | None = None,
+    **options: Any,
 ) -> str:
     """Bring the session's MLflow run up to date with the session; return what was done, in a line.
 
@@ -118,23 +136,24 @@ def sync_session(
     alone. The caller holds the session's lock (no training writes the journal meanwhile).
 
     Args:
-        session: the session.
+        session_path: the session's folder; info: its ``session.json`` fields.
         params: its params tree; cpanel: its cpanel (logged when a run is created).
+        done: whether the session finished training (it has ``done.json``).
+        record: keeps a new run's id in the session (see :func:`open_tracker`).
         **options: :class:`MlflowTracker` keyword arguments (``tracking_uri`` among them).
 
     Raises:
         UsageError: the store is unreachable, or it did not take every record.
     """
-    journal = MetricsJournal(session.path / JOURNAL_FILE)
-    done = session.is_done
+    journal = MetricsJournal(session_path / JOURNAL_FILE)
     status = "FINISHED" if done else "KILLED"
-    info = session.info()
     run_id, uri = info.get("mlflow_run_id"), info.get("mlflow_tracking_uri")
     target = options.get("tracking_uri")
-    same_store = not target or resolve_tracking_uri(target, session.path.parent.parent)[0] == uri
+    same_store = not target or resolve_tracking_uri(target, session_path.parent.parent)[0] == uri
     if run_id and uri and same_store and _up_to_date(MlflowClient(uri), run_id, journal, status, done):
-        return f"MLflow run {run_id} at {uri} holds everything of session {session.name}; nothing to do"
-    tracker = open_tracker(session, params, cpanel, journal=journal, **{"asynchronous": False, **options})
+        return f"MLflow run {run_id} at {uri} holds everything of session {session_path.name}; nothing to do"
+    options = {"asynchronous": False, **options}
+    tracker = open_tracker(session_path, info, params, cpanel, journal=journal, record=record, **options)
     unsent = journal.unsent(tracker.run_id)
     tracker.flush(wait=True)
     left = journal.unsent(tracker.run_id)
@@ -143,7 +162,7 @@ def sync_session(
     if left:
         raise UsageError(
             f"MLflow at {tracker.uri} took {unsent - left} of {unsent} unsent metric records of session "
-            f"{session.name}; the journal keeps the rest: run 'digideep runs sync {session.name}' again"
+            f"{session_path.name}; the journal keeps the rest: run 'digideep runs sync {session_path.name}' again"
         )
     parts = [f"sent {tracker.sent_values} metric values ({unsent} records)"]
     if curve is not None:

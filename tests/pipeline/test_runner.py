@@ -283,7 +283,7 @@ def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatc
     params["tracking"] = {"enabled": True}
     session = Session(root=tmp_path, name="s", device="cuda")
     session.write_params("params.pendulum_sac", SMALL_SAC, params)
-    tracker = open_tracker(session, params, SMALL_SAC)
+    tracker = open_tracker(session.path, session.info(), params, SMALL_SAC, record=session.update_info)
     run_training(RunHandle(session, Runner(session, params, tracker=tracker), tracker, None))
     run_id = json.loads((tmp_path / "s" / "session.json").read_text())["mlflow_run_id"]
     names = set(MlflowClient(mlflow_uri).get_run(run_id).data.metrics)
