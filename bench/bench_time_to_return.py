@@ -36,7 +36,6 @@ import torch
 
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
-from digideep.utility.monitoring import monitor
 from params import mujoco_sac
 
 try:
@@ -75,7 +74,7 @@ def digideep_run(args: argparse.Namespace, seed: int, root: Path) -> tuple[float
             runner.iterate()
         seconds = time.perf_counter() - start
         runner.test()  # untimed, as SB3's evaluation
-        returns = monitor.window_values("/explore/test/episode_return")
+        returns = runner.monitor.window_values("/explore/test/episode_return")
     finally:
         runner.close()
         session.close()

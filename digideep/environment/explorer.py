@@ -22,6 +22,10 @@ next observations, infos) are ``nonify`` placeholders (NaN for floats). The vect
 
 Chunk arrays are preallocated time-major ``(T+1, W, ...)`` (:mod:`digideep.environment.chunk`),
 written one row per step, and handed out batch-major.
+
+Beside the arrays, the returned :class:`Chunk` carries the statistics of the episodes that ended
+in it (:class:`EpisodeStats`): the Explorer hands them to its caller instead of writing them into
+a process-wide Monitor, so what the Runner logs comes to it as data.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,12 +43,39 @@ from digideep.environment.explorer_state import ExplorerStateMixin
 from digideep.environment.make_environment import MODES, MakeEnvironment
 from digideep.environment.spaces import buffer_dtype, flat_leaves
 from digideep.utility.flat_keys import flatten_dict
-from digideep.utility.monitoring import monitor
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["Explorer"]
+__all__ = ["Chunk", "EpisodeStats", "Explorer"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """The episodes that ended during one :meth:`Explorer.update`, in the order they ended.
+
+    Attributes:
+        returns: (n,) float64, each episode's undiscounted return (``RecordEpisodeStatistics``).
+        lengths: (n,) float64, each episode's length in steps.
+    """
+
+    returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class Chunk(dict):
+    """What :meth:`Explorer.update` returns: the flat trajectory dict (module doc), and its episodes.
+
+    A plain ``dict[str, np.ndarray]`` in every use (memories store it as one); ``episodes`` rides
+    beside the arrays.
+
+    Attributes:
+        episodes: the statistics of the episodes that ended in this chunk.
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray], episodes: EpisodeStats) -> None:
+        super().__init__(arrays)
+        self.episodes = episodes
 
 
 class Explorer(ExplorerStateMixin):
@@ -64,7 +96,8 @@ class Explorer(ExplorerStateMixin):
         render: write an MP4 per episode under ``session.videos_path`` (MuJoCo: ``MUJOCO_GL=egl``).
         render_delay: seconds to sleep after each step while rendering.
         seed: worker ``i`` is seeded with ``seed + i`` at the first reset.
-        win_size: when given, the Monitor keeps the last ``win_size`` episode returns/lengths.
+        win_size: when given, the Runner's Monitor averages this explorer's last ``win_size``
+            episodes across log intervals (else the episodes since the last log).
 
     Attributes:
         steps: vector steps taken; ``timesteps``: environment frames (``steps * W``);
@@ -124,10 +157,10 @@ class Explorer(ExplorerStateMixin):
         }
         self._ones = np.ones((num_workers, 1), dtype=np.float32)
         self._max_episode_steps = self.make_environment.time_limit
-        self._names = (f"/explore/{mode}/episode_return", f"/explore/{mode}/episode_length")
-        if win_size:
-            for name in self._names:
-                monitor.set_window(name, win_size)
+        self.win_size = win_size
+        self.metric_names = (f"/explore/{mode}/episode_return", f"/explore/{mode}/episode_length")
+        """The Monitor names of its episodes' returns and lengths."""
+        self._ended: tuple[list[float], list[float]] = ([], [])
 
         self.steps = 0
         self.n_episode = 0
@@ -154,10 +187,11 @@ class Explorer(ExplorerStateMixin):
         self._hidden = {n: self._initial_hidden(n) for n in self.agents}
         self.was_reset = True
 
-    def update(self) -> dict[str, np.ndarray]:
-        """Explore one chunk; returns ``{key: (W, T + 1, ...)}`` (module doc)."""
+    def update(self) -> Chunk:
+        """Explore one chunk; returns ``{key: (W, T + 1, ...)}`` (module doc) and its episodes."""
         if self.do_reset and not self.was_reset:
             self.reset()
+        self._ended = returns, lengths = [], []
         if self.n_episodes is None:
             chunk = self._new_chunk(self.n_steps + 1)
             t, _ = self._collect(chunk, 0, self.n_steps, None)
@@ -176,7 +210,8 @@ class Explorer(ExplorerStateMixin):
                 chunk.grow(2 * chunk.capacity)
         self._final_prestep(chunk, t)
         self.was_reset = False
-        return chunk.finish(t)
+        episodes = EpisodeStats(np.array(returns, dtype=np.float64), np.array(lengths, dtype=np.float64))
+        return Chunk(chunk.finish(t), episodes)
 
     def close(self) -> None:
         """Close every environment (unfinished episode videos are discarded)."""
@@ -335,7 +370,7 @@ class Explorer(ExplorerStateMixin):
     def _episode_ends(
         self, chunk: ChunkBuffers, t: int, terminated: np.ndarray, truncated: np.ndarray, infos: dict
     ) -> tuple[np.ndarray, int]:
-        """Bookkeeping of a step where episodes ended: final observations, Monitor, counters.
+        """Bookkeeping of a step where episodes ended: final observations, episode statistics, counters.
 
         Returns the next masks ``(W, 1)`` float32 and the number of episodes that ended.
         """
@@ -351,9 +386,10 @@ class Explorer(ExplorerStateMixin):
         final_info = infos.get("final_info", {})
         episode = final_info.get("episode")
         if episode is not None:
+            returns, lengths = self._ended
             for w in np.flatnonzero(final_info["_episode"]):
-                monitor(self._names[0], float(episode["r"][w]))
-                monitor(self._names[1], float(episode["l"][w]))
+                returns.append(float(episode["r"][w]))
+                lengths.append(float(episode["l"][w]))
         ended = int(done.sum())
         self.n_episode += ended
         return (~done).astype(np.float32)[:, None], ended

@@ -17,7 +17,6 @@ from digideep.errors import UsageError
 from digideep.pipeline.checkpoint import read_runner_info
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
-from digideep.utility.monitoring import monitor
 
 __all__ = ["play"]
 
@@ -43,18 +42,17 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     eval_params["render"] = video
     params["explorer"] = {"eval": eval_params}
     session = Session(root=session_folder.parent, name=session_folder.name, resume=True, lock=False)
-    name = "/explore/eval/episode_return"
-    monitor.set_window(name, eval_params["n_episodes"])
     before = set(session.videos_path.glob("*.mp4"))
     runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
     try:
-        runner.explorers["eval"].update()
+        chunk = runner.explorers["eval"].update()
     finally:
         runner.close()
         session.close()
     if video:
         _keep_videos(session, path, sorted(set(session.videos_path.glob("*.mp4")) - before))
-    returns = monitor.window_values(name)
+    # the last step can end more episodes than asked for (several workers): keep the last n
+    returns = chunk.episodes.returns.tolist()[-eval_params["n_episodes"] :]
     if returns:
         log.info("played %d episodes: mean return %.2f", len(returns), sum(returns) / len(returns))
     return returns

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from digideep.tracking.naming import metrics_from_summary
 
-if TYPE_CHECKING:
-    from digideep.pipeline.runner import Runner
+__all__ = ["Progress", "metrics_from_summaries", "progress_fields", "progress_line"]
 
-__all__ = ["metrics_from_summaries", "progress_fields", "progress_line"]
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands: the figures the progress line and bar show (``Runner.progress()``).
+
+    Attributes:
+        epoch: epochs completed; number_epochs: epochs to train.
+        iteration: iterations completed; epoch_size: iterations per epoch.
+        frames: train frames collected.
+        wall_time: seconds spent training, summed over all the run's sessions (resumes included).
+    """
+
+    epoch: int
+    number_epochs: int
+    iteration: int
+    epoch_size: int
+    frames: int
+    wall_time: float
 
 
 def metrics_from_summaries(
@@ -29,7 +46,7 @@ def metrics_from_summaries(
     return metrics
 
 
-def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
+def progress_line(progress: Progress, metrics: dict[str, float]) -> str:
     """The per-epoch log line: epoch, frames, episodic returns, speed and time left.
 
     Kept beside the rich bar (:class:`~digideep.utility.progress.ProgressBar`): it is the progress
@@ -37,25 +54,25 @@ def progress_line(runner: Runner, metrics: dict[str, float]) -> str:
     its sessions, which survives a resume (the bar estimates from its own recent speed).
 
     Args:
-        runner: the run.
+        progress: where the run stands.
         metrics: what :meth:`Runner.log` computed (``explore/<mode>/episode_return``,
             ``charts/frames_per_second``).
     """
-    fields = progress_fields(runner, metrics)
-    total, iterations = runner.number_epochs, runner.counters.iteration
+    fields = progress_fields(progress, metrics)
+    iterations, epoch_size = progress.iteration, progress.epoch_size
     epoch = f"epoch {fields['epoch']}"
-    if iterations % runner.epoch_size:
-        epoch += f" (iteration {iterations % runner.epoch_size}/{runner.epoch_size})"
+    if iterations % epoch_size:
+        epoch += f" (iteration {iterations % epoch_size}/{epoch_size})"
     parts = [epoch, f"frames {fields['frames']:,}"]
     parts += [f"{mode} return {fields[mode]:.1f}" for mode in ("train", "test") if mode in fields]
     parts.append(f"{fields['fps']:,.0f} frames/s")
-    left = total * runner.epoch_size - iterations
+    left = progress.number_epochs * epoch_size - iterations
     if iterations and left > 0:
-        parts.append(f"left ~{timedelta(seconds=int(runner._wall_time_now() / iterations * left))}")
+        parts.append(f"left ~{timedelta(seconds=int(progress.wall_time / iterations * left))}")
     return " | ".join(parts)
 
 
-def progress_fields(runner: Runner, metrics: dict[str, float]) -> dict[str, Any]:
+def progress_fields(progress: Progress, metrics: dict[str, float]) -> dict[str, Any]:
     """``epoch`` ("3/20"), ``frames``, ``fps`` and, where ``metrics`` has them, ``train``/``test`` returns."""
     returns = {
         mode: value
@@ -64,8 +81,8 @@ def progress_fields(runner: Runner, metrics: dict[str, float]) -> dict[str, Any]
     }
     fps = metrics.get("charts/frames_per_second", 0.0)
     return {
-        "epoch": f"{runner.epoch}/{runner.number_epochs}",
-        "frames": runner.counters.frames,
+        "epoch": f"{progress.epoch}/{progress.number_epochs}",
+        "frames": progress.frames,
         "fps": fps,
         **returns,
     }

@@ -25,7 +25,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,13 @@ from digideep.pipeline.checkpoint import (
     save_checkpoint,
 )
 from digideep.pipeline.devices import configure_determinism, requested_determinism
-from digideep.pipeline.reporting import metrics_from_summaries, progress_fields, progress_line
+from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
 from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
 from digideep.utility.files import fsync_dir
-from digideep.utility.monitoring import monitor
+from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
 
@@ -76,6 +76,23 @@ class Counters:
     best_test_return: float = -math.inf  # best mean test return so far
     best_checkpoint: int = -1  # iteration of the checkpoint holding that return (-1: none)
     last_checkpoint: int = -1  # iteration of the newest checkpoint (-1: none)
+    last_test_return: float = math.nan  # mean test return of the latest test (NaN: none yet)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> Counters:
+        """Counters from a checkpoint; fields added since it was written take their defaults.
+
+        Raises:
+            UsageError: ``saved`` holds a field these counters do not know (a newer digideep's checkpoint).
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(saved) - known)
+        if unknown:
+            raise UsageError(
+                f"checkpoint counters {unknown} are unknown to this digideep version; "
+                "resume it with the version that wrote it"
+            )
+        return cls(**saved)
 
 
 class Runner:
@@ -88,6 +105,12 @@ class Runner:
             ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
         journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
+
+    Attributes:
+        monitor: the run's own :class:`~digideep.utility.monitoring.Monitor`: episode statistics of
+            the explorers, the agents' update metrics and CPU/GPU figures. :meth:`log` summarises it
+            together with the process-wide ``monitor`` (ad-hoc values from anywhere, such as the
+            sampler's debug units) and resets both; only this one is checkpointed.
     """
 
     def __init__(
@@ -127,6 +150,11 @@ class Runner:
         self.agents = self.built.agents
         self.memories = self.built.memories
         self.explorers = self.built.explorers
+        self.monitor = Monitor()
+        for explorer in self.explorers.values():
+            if explorer.win_size:
+                for name in explorer.metric_names:
+                    self.monitor.set_window(name, explorer.win_size)
         self._chunk: dict[str, np.ndarray] | None = None
         self._batches: dict[str, Any] | None = None
         self._stop_reason: str | None = None
@@ -138,6 +166,7 @@ class Runner:
         """Run the train explorer for one chunk; return the number of frames it collected."""
         with KeepTime("explore"):
             self._chunk = self.explorers["train"].update()
+        self._record_episodes(self.explorers["train"], self._chunk)
         frames = self.built.frames_per_chunk
         self.counters.frames += frames
         return frames
@@ -172,7 +201,7 @@ class Runner:
                     metrics[f"/agents/{name}/{key}"] = value
         self._batches = None
         for key, value in metrics.items():
-            monitor(key, value)
+            self.monitor(key, value)
         self.counters.iteration += 1
         return metrics
 
@@ -193,15 +222,24 @@ class Runner:
         with KeepTime("test"):
             tester = self.explorers["test"]
             components.copy_normalizers(self.explorers["train"], tester)
-            tester.update()
-        stats = monitor.summary().get("/explore/test/episode_return")
+            chunk = tester.update()
+        self._record_episodes(tester, chunk)
+        stats = self.monitor.summary().get(tester.metric_names[0])
         mean = stats["mean"] if stats else math.nan
-        self._last_test_return = mean
+        self.counters.last_test_return = mean
         return mean
+
+    def _record_episodes(self, explorer: Any, chunk: Any) -> None:
+        """Put the returns and lengths of the episodes that ended in ``chunk`` into the Monitor."""
+        return_name, length_name = explorer.metric_names
+        for value, length in zip(chunk.episodes.returns, chunk.episodes.lengths, strict=True):
+            self.monitor(return_name, float(value))
+            self.monitor(length_name, float(length))
 
     def log(self) -> dict[str, float]:
         """Summarise the Monitor and Profiler since the last log into metrics; send and print them."""
-        metrics = metrics_from_summaries(monitor.summary(), profiler.summary())
+        summary = {**monitor.summary(), **self.monitor.summary()}  # the process-wide one: ad-hoc values
+        metrics = metrics_from_summaries(summary, profiler.summary())
         metrics["charts/frames_per_second"] = self._frames_per_second()
         self._log_start = time.perf_counter()
         self.counters.last_log_frames = self.counters.frames
@@ -211,7 +249,8 @@ class Runner:
             self.journal.append(self.counters.frames, metrics)
         if self.tracker is not None:
             self.tracker.flush(force=False)
-        log.info(progress_line(self, metrics))
+        log.info(progress_line(self.progress(), metrics))
+        self.monitor.reset()
         monitor.reset()
         profiler.reset()
         return metrics
@@ -229,7 +268,7 @@ class Runner:
         """
         started = time.perf_counter()
         self._account_wall_time()
-        test_return = getattr(self, "_last_test_return", math.nan)
+        test_return = self.counters.last_test_return
         iteration = self.counters.iteration
         if not math.isnan(test_return) and test_return > self.counters.best_test_return:
             self.counters.best_test_return = test_return
@@ -322,8 +361,8 @@ class Runner:
         """
         self._wall_start = time.perf_counter()
         with (
-            StopOnSignals(self),
-            StatsSampler(self.stats_interval) if self.stats_interval else nullcontext(),
+            StopOnSignals(self.request_stop),
+            StatsSampler(self.stats_interval, self.monitor) if self.stats_interval else nullcontext(),
         ):
             for stage, function in self.schedule(per_iteration):
                 call(stage, function)
@@ -345,14 +384,25 @@ class Runner:
 
     def status_fields(self) -> dict[str, Any]:
         """The progress bar's fields between logs: returns so far this interval, speed since the last log."""
-        summary = monitor.summary()
+        summary = self.monitor.summary()
         metrics = {
             f"explore/{mode}/episode_return": summary[name]["mean"]
             for mode in ("train", "test")
             if (name := f"/explore/{mode}/episode_return") in summary
         }
         metrics["charts/frames_per_second"] = self._frames_per_second()
-        return progress_fields(self, metrics)
+        return progress_fields(self.progress(), metrics)
+
+    def progress(self) -> Progress:
+        """Where the run stands, for the progress line and bar."""
+        return Progress(
+            epoch=self.epoch,
+            number_epochs=self.number_epochs,
+            iteration=self.counters.iteration,
+            epoch_size=self.epoch_size,
+            frames=self.counters.frames,
+            wall_time=self._wall_time_now(),
+        )
 
     def _frames_per_second(self) -> float:
         """Train frames per second since the last log stage."""
@@ -389,13 +439,13 @@ class Runner:
             "agents": {name: agent.state_dict() for name, agent in self.agents.items()},
             "explorers": {mode: explorer.state_dict() for mode, explorer in self.explorers.items()},
             "memories": {name: memory.state_dict() for name, memory in self.memories.items()},
-            "monitor": monitor.state_dict(),
+            "monitor": self.monitor.state_dict(),
             "rng": rng_state(),
             "journal": self.journal.state_dict() if self.journal is not None else {},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counters = Counters(**state["counters"])
+        self.counters = Counters.from_dict(state["counters"])
         for name, agent in self.agents.items():
             agent.load_state_dict(state["agents"][name])
         for mode, explorer in self.explorers.items():
@@ -403,7 +453,7 @@ class Runner:
                 explorer.load_state_dict(state["explorers"][mode])
         for name, memory in self.memories.items():
             components.restore_memory(memory, state["memories"][name])
-        monitor.load_state_dict(state["monitor"])
+        self.monitor.load_state_dict(state["monitor"])
         set_rng_state(state["rng"])
         if self.journal is not None and "offset" in state.get("journal", {}):
             # the replayed iterations append their records again

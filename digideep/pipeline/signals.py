@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from digideep.pipeline.runner import Runner
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["StopOnSignals"]
 
@@ -16,18 +14,26 @@ log = logging.getLogger(__name__)
 
 
 class StopOnSignals:
-    """While active, SIGINT/SIGTERM ask the runner to stop after the iteration; a second SIGINT interrupts."""
+    """While active, SIGINT/SIGTERM call ``request_stop(reason)``; a second SIGINT interrupts at once.
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+    Args:
+        request_stop: asks the loop to finish its iteration, checkpoint and stop (e.g.
+            :meth:`~digideep.pipeline.runner.Runner.request_stop`); called with ``"SIGINT received"``
+            or ``"SIGTERM received"``.
+    """
+
+    def __init__(self, request_stop: Callable[[str], None]) -> None:
+        self.request_stop = request_stop
+        self.requested = False
         self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
-        if self.runner._stop_reason is not None and signum == signal.SIGINT:
+        if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         log.warning("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
-        self.runner.request_stop(f"{name} received")
+        self.requested = True
+        self.request_stop(f"{name} received")
 
     def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():

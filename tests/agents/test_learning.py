@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from digideep.utility.monitoring import monitor
 from tests.agents.runner_setup import close, iterate, make_runner, shipped_params
 
 TARGETS = {"pendulum_sac": -200.0, "pendulum_td3": -250.0, "pendulum_ddpg": -250.0, "cartpole_ppo": 475.0}
@@ -30,7 +29,7 @@ def test_reaches_the_target_return(tmp_path: Path, name: str, seed: int) -> None
     runner = make_runner(tmp_path, params)
     try:
         assert runner.train() == "finished"
-        returns = monitor.window_values("/explore/test/episode_return")
+        returns = runner.monitor.window_values("/explore/test/episode_return")
     finally:
         close(runner)
     assert len(returns) == 10
@@ -52,7 +51,7 @@ def test_dmc_sac_swings_up_the_cartpole(tmp_path: Path) -> None:
     runner = make_runner(tmp_path, params)
     try:
         assert runner.train() == "finished"
-        returns = monitor.window_values("/explore/test/episode_return")
+        returns = runner.monitor.window_values("/explore/test/episode_return")
     finally:
         close(runner)
     assert len(returns) == 10

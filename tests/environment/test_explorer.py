@@ -127,15 +127,17 @@ def test_masks_and_flags_at_termination(make_explorer) -> None:
     np.testing.assert_array_equal(chunk["/masks"][:, 1:, 0], 1.0 - terminals)
 
 
-def test_episode_returns_and_lengths_go_to_the_monitor(make_explorer) -> None:
+def test_the_chunk_carries_the_returns_and_lengths_of_its_episodes(make_explorer) -> None:
     monitor.reset()
-    make_explorer({"model_name": "Pendulum-v1", "max_episode_steps": 5}, mode="test", n_steps=10).update()
-    summary = monitor.summary()
-    assert summary["/explore/test/episode_length"] == pytest.approx(
-        {"count": 4, "mean": 5.0, "std": 0.0, "min": 5.0, "max": 5.0}
-    )
-    assert summary["/explore/test/episode_return"]["count"] == 4
-    assert summary["/explore/test/episode_return"]["max"] < 0.0
+    explorer = make_explorer({"model_name": "Pendulum-v1", "max_episode_steps": 5}, mode="test", n_steps=10)
+    chunk = explorer.update()
+    np.testing.assert_array_equal(chunk.episodes.lengths, [5.0, 5.0, 5.0, 5.0])  # 2 workers x 2 episodes
+    assert chunk.episodes.returns.shape == (4,) and chunk.episodes.returns.max() < 0.0
+    # each return is the sum of its episode's rewards (worker 0's first episode: rows 0..4)
+    assert chunk.episodes.returns[0] == pytest.approx(float(chunk["/rewards"][0, :5].sum()), rel=1e-5)
+    assert isinstance(chunk, dict) and "/rewards" in chunk  # a memory stores it as the plain dict it is
+    assert monitor.summary() == {}  # nothing goes through the process-wide Monitor
+    assert explorer.update().episodes.returns.shape == (4,)  # the next chunk: only its own episodes
 
 
 def test_counters_and_consecutive_chunks(make_explorer) -> None:
