@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
@@ -49,8 +50,9 @@ def _add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
         "--params",
         required=required,
         metavar="MODULE",
-        help="parameter file: a module under ./params (params.pendulum_sac) or a path to a .py file "
-        "anywhere, each with cpanel and gen_params",
+        help="parameter file: a module name (params.pendulum_sac: the current folder's params/ if it "
+        "has one, else the files installed with digideep) or a path to a .py file anywhere, each with "
+        "cpanel and gen_params",
     )
     parser.add_argument(
         "--cpanel", metavar="JSON", help="cpanel overrides as a JSON object, e.g. '{\"seed\": 1}'"
@@ -132,6 +134,7 @@ def command_train(args: argparse.Namespace) -> int:
         resume=False,
         no_prefect=args.no_prefect,
         description=args.msg,
+        resolved=resolved,
     )
 
 
@@ -196,19 +199,30 @@ def _train(
     resume: bool,
     no_prefect: bool,
     description: str | None,
+    resolved: ResolvedParams | None = None,
 ) -> int:
+    """Train a new run (``params`` with ``cpanel``) or resume session ``name`` under ``root``.
+
+    With ``--no-prefect`` the run takes ``resolved``, the params :func:`command_train` resolved.
+    The Prefect flow is an entry point of its own (deployments and retries call it with a module
+    name and a cpanel), so it takes the names and resolves them itself; :func:`command_train`
+    resolved them first only so that bad params fail in one line before a flow run exists.
+    """
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
 
     if no_prefect:
         handle = open_run(
-            params, cpanel, session_name=name, session_path=root, resume=resume, description=description
+            resolved or params,
+            None if resolved else cpanel,
+            session_name=name,
+            session_path=root,
+            resume=resume,
+            description=description,
         )
         reason = run_training(handle)
     else:
-        _import_flows()
-        from flows.train import train
-
+        train = _train_flow()
         result = train(
             params=params or "",
             cpanel=parse_cpanel(cpanel),
@@ -222,11 +236,24 @@ def _train(
     return 0
 
 
-def _import_flows() -> None:
-    """Check that ``flows/`` is in the project folder (``_run`` put that folder on the import path)."""
-    root = Path.cwd()
-    if not (root / "flows" / "train.py").is_file():
-        raise UsageError(f"no flows/train.py under {root}; run from the project folder or pass --no-prefect")
+def _train_flow() -> Callable[..., dict[str, Any]]:
+    """The Prefect ``train`` flow, from the ``flows`` package installed with digideep.
+
+    Imported here, when a command runs it: the library never imports prefect.
+
+    Raises:
+        UsageError: the ``flows`` package is not installed (an install older than this layout).
+    """
+    try:
+        from flows.train import train
+    except ModuleNotFoundError as error:
+        if error.name not in ("flows", "flows.train"):
+            raise  # flows is there but something it imports is missing: show it
+        raise UsageError(
+            "the Prefect flows (package 'flows') are not installed with digideep; reinstall it "
+            "('pip install .' in the repository) or pass --no-prefect"
+        ) from None
+    return train
 
 
 def command_play(args: argparse.Namespace) -> int:
@@ -368,7 +395,10 @@ def _build_main_parser() -> argparse.ArgumentParser:
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     _setup_logging(args.log_level)
-    if str(Path.cwd()) not in sys.path:  # as `python -m` does: params, flows and agents of the project import
+    # the user's own code in the current folder imports, as under `python -m`: their params/ and the
+    # agent classes their params name (a resumed run imports them again). digideep's flows and
+    # shipped params are installed packages and import from any folder.
+    if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):

@@ -6,13 +6,8 @@ Run locally with ``python flows/play.py data/sessions/S/checkpoints/checkpoint-1
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 from prefect import flow, get_run_logger
-
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from digideep.pipeline.play import play as play_checkpoint
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,9 +22,6 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import deployment as deployment_runtime
 from prefect.runtime import flow_run as flow_run_runtime
-
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from digideep.errors import UsageError
 from digideep.pipeline.runner import Runner

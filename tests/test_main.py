@@ -205,3 +205,55 @@ def test_envs_subcommand_is_listed_and_runs():
     )
     assert listing.returncode == 0, listing.stderr
     assert listing.stdout.splitlines()[0].startswith("Pendulum-v1 ")
+
+
+def test_the_installed_command_trains_and_lists_runs_from_any_folder(tmp_path, run_env):
+    """Installed from its wheel, with no repository in sight, ``digideep train`` and ``runs`` work anywhere."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    source, site, elsewhere = tmp_path / "source", tmp_path / "site", tmp_path / "elsewhere"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, source / name)
+    for name in ("digideep", "flows", "params"):  # a build in the repository would leave build/ there
+        shutil.copytree(repo / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    offline = ["--no-deps", "--no-index"]
+    subprocess.run(
+        [*pip, "wheel", *offline, "--no-build-isolation", "-w", tmp_path / "dist", source], check=True
+    )
+    (wheel,) = (tmp_path / "dist").glob("digideep-*.whl")
+    subprocess.run([*pip, "install", *offline, "--target", site, wheel], check=True)
+    elsewhere.mkdir()
+    env = {k: v for k, v in run_env.items() if k != "MLFLOW_TRACKING_URI"}  # the store under ./data
+    env.update(PYTHONPATH=str(site), DIGIDEEP_MAX_ITERATIONS="1")
+
+    def digideep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [site / "bin" / "digideep", *args],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    where = subprocess.run(
+        [sys.executable, "-c", "import digideep, flows.train, params.pendulum_sac as p; print(p.__file__)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == str(site / "params" / "pendulum_sac.py")  # not the repository's
+    trained = digideep("train", "--params", "params.pendulum_sac", "--cpanel", SMALL_RUN, "--session-name", "far",
+                       "--no-prefect")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    session = elsewhere / "data" / "sessions" / "far"
+    assert [p.name for p in (session / "checkpoints").iterdir()] == ["checkpoint-1"]
+    listed = digideep("runs")
+    assert listed.returncode == 0, listed.stderr
+    run_id = json.loads((session / "session.json").read_text())["mlflow_run_id"]
+    assert "experiment params.pendulum_sac" in listed.stdout, listed.stdout
+    assert any(line.split()[:2] == [run_id, "far"] for line in listed.stdout.splitlines()), listed.stdout

@@ -63,9 +63,19 @@ def _search_root() -> Path:
 
 
 def available_params(root: Path | None = None) -> list[str]:
-    """Module names of the parameter files under ``<root>/params`` (``root`` defaults to the cwd)."""
-    folder = (root or _search_root()) / PARAMS_PACKAGE
-    return sorted(f"{PARAMS_PACKAGE}.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    """Module names of the parameter files under ``<root>/params``.
+
+    Without ``root``: those of the ``params`` package that imports, that is the current folder's
+    ``params/`` when it has one (it comes first on the import path), else the parameter files
+    installed with digideep.
+    """
+    if root is not None:
+        folders = [root / PARAMS_PACKAGE]
+    else:
+        spec = importlib.util.find_spec(PARAMS_PACKAGE)
+        folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    names = {p.stem for folder in folders for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    return sorted(f"{PARAMS_PACKAGE}.{name}" for name in names)
 
 
 def _normalise_module_name(name: str) -> str:
@@ -135,7 +145,10 @@ def load_params_module(name: str) -> ModuleType:
         except ModuleNotFoundError as error:
             if error.name is not None and not module_name.startswith(error.name):
                 raise  # the params file exists but imports something missing: a real bug, show it
-            choices = ", ".join(available_params()) or f"none found under {Path(root) / PARAMS_PACKAGE}"
+            choices = (
+                ", ".join(available_params())
+                or "none found (no params package under the current folder or installed)"
+            )
             raise UsageError(f"params module '{module_name}' not found; available: {choices}") from None
     if not isinstance(getattr(module, "cpanel", None), dict) or not callable(
         getattr(module, "gen_params", None)

@@ -45,7 +45,7 @@ class RunHandle:
 
 
 def open_run(
-    params: str | None = None,
+    params: str | ResolvedParams | None = None,
     cpanel: str | dict[str, Any] | None = None,
     *,
     session_name: str | None = None,
@@ -57,7 +57,8 @@ def open_run(
     """Create a new run, or resume an existing session from its newest complete checkpoint.
 
     Args:
-        params: parameter module (``params.pendulum_sac``); not needed when resuming.
+        params: parameter module (``params.pendulum_sac``) or a path, or params already resolved
+            (then ``cpanel`` must be None); not needed when resuming.
         cpanel: cpanel overrides as a JSON string or a dict.
         session_name: the session's name (generated when None for a new run).
         session_path: the folder holding sessions.
@@ -85,8 +86,13 @@ def open_run(
 
     if params is None:
         raise UsageError("a new run needs --params (a parameter module such as params.pendulum_sac)")
-    overrides = cpanel if isinstance(cpanel, dict) else None
-    resolved: ResolvedParams = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
+    if isinstance(params, ResolvedParams):
+        if cpanel is not None:
+            raise ValueError("open_run: params are already resolved; apply the cpanel when resolving them")
+        resolved = params
+    else:
+        overrides = cpanel if isinstance(cpanel, dict) else None
+        resolved = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
     session = Session(
         root=root,
         name=session_name,
