@@ -121,7 +121,7 @@ from digideep.memory.layout import KeySpec
 from digideep.memory.memory import Memory
 from digideep.memory.ring import RingState
 from digideep.memory.rollout import RolloutMemory
-from digideep.memory.sampler import Sampler, Unit
+from digideep.memory.sampler import LastChunk, Sampler, UniformTransitions, Unit
 from digideep.memory.units import (
     drop_final_prestep,
     flatten_first_two,
@@ -133,10 +133,12 @@ from digideep.memory.units import (
 
 __all__ = [
     "KeySpec",
+    "LastChunk",
     "Memory",
     "RingState",
     "RolloutMemory",
     "Sampler",
+    "UniformTransitions",
     "Unit",
     "check_nan",
     "chunk_stats",
