@@ -75,6 +75,10 @@ class WindowWriter:
         self.durable = durable
         self.windows: dict[str, _Window] = {}
         self.total = 0  # total of the newest stored chunk: protect() covers every row up to it
+        # protect (the undo copy) in the background every eighth of the ring, so that a flush
+        # copies at most that many rows to the undo area
+        self.protect_rows = max(1, durable.capacity // 8)
+        self.protected = 0
 
     def apply(self, task: _Task) -> None:
         """Take the rows of one store; write the windows the ring moved past."""
@@ -84,6 +88,9 @@ class WindowWriter:
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
+        if self.total - self.protected >= self.protect_rows:
+            self.durable.protect(self.total)
+            self.protected = self.total
         for key, pieces in task.rows.items():
             for start, stop, values in pieces:
                 self._put(key, start, stop, values)
@@ -117,6 +124,7 @@ class WindowWriter:
 
     def _write(self, key: str, window: _Window) -> None:
         self.durable.protect(self.total)
+        self.protected = self.total
         self.durable.store.write(key, window.start, window.stop, window.data)
         window.dirty = False
 
@@ -131,6 +139,7 @@ class WindowWriter:
     def reset(self) -> None:
         """Forget the open windows (after Zarr was changed by a load or a restore)."""
         self.windows = {}
+        self.protected = self.durable.store.committed.total if self.durable.store.is_open else 0
 
 
 class WriteBehind:

@@ -111,7 +111,7 @@ class ZarrStore:
 
     def __init__(
         self,
-        location: Location,
+        location: Location | str,
         num_workers: int,
         capacity: int,
         chunk_rows: int | None,
@@ -120,7 +120,7 @@ class ZarrStore:
         name: str,
         chunk_workers: int = 1,
     ) -> None:
-        self.location = location
+        self.location = location if isinstance(location, Location) else Location(location)
         self.chunk_workers = chunk_workers
         self.num_workers = num_workers
         self.capacity = capacity
@@ -136,7 +136,7 @@ class ZarrStore:
         self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
-        self.undo = UndoArea(location, capacity, self.compressors, name)
+        self.undo = UndoArea(self.location, capacity, self.compressors, name)
 
     # -- opening -------------------------------------------------------------------------------
     @property
