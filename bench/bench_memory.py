@@ -4,6 +4,7 @@
     python bench/bench_memory.py --capacity 200000    # quicker
     python bench/bench_memory.py --compression        # also compare Zarr compressors
     python bench/bench_memory.py --undo-only --capacity 200000   # only the undo area's cost
+    python bench/bench_memory.py --write-behind-only --s3         # store stage and checkpoint, disk and S3
 
 HalfCheetah-sized transitions: observations and next observations 17 float32, actions 6 float32,
 rewards, terminals, truncations, masks, hidden state 1 float32 each (180 bytes a row). Data are
@@ -25,6 +26,14 @@ other load (``--undo-only --capacity 200000``, three runs): 2.4 to 2.9 x the bas
 (95-138 ms), ``checkpoint_committed`` about 1 ms (the area is deleted by a background thread;
 deleting it in line cost as much again), the area 14.5 MB, 1.6 x the raw size of the 50,000 rows
 (the one-column keys have one chunk per ring, copied whole).
+
+The store stage and the checkpoint (``--write-behind-only``; ``--s3`` adds a moto S3 server on
+127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk per
+iteration (the rest of an iteration is a ``--pause`` sleep, during which the background writer
+runs) and checkpoints (``flush`` + ``checkpoint_committed``) every 50 iterations, after the ring
+wrapped once. Three memories run the same chunks: the write-behind memory, the code path before it
+(``bench/legacy_memory.py``: the store writes RAM only, the checkpoint's flush writes the 50,000
+rows), and a RAM-only memory (the store stage's floor). Figures are in ``docs/memory.md``.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root (tests/s3.py)
 
 from digideep.memory import Memory, Sampler, uniform_transitions
 
@@ -254,6 +265,79 @@ def bench_undo(root: Path, capacity: int, repeats: int = 5) -> None:
     )
 
 
+def training_loop(
+    memory: object, chunks: list[dict[str, np.ndarray]], iterations: int, pause: float, every: int = 50
+) -> tuple[float, float]:
+    """Store ``iterations`` chunks, checkpoint every ``every``; median store and checkpoint seconds."""
+    stores, checkpoints = [], []
+    for i in range(iterations):
+        time.sleep(pause)  # explore and update: the background writer runs meanwhile
+        start = time.perf_counter()
+        memory.store(chunks[i % len(chunks)])
+        stores.append(time.perf_counter() - start)
+        if (i + 1) % every == 0:
+            start = time.perf_counter()
+            memory.flush()
+            memory.checkpoint_committed()
+            checkpoints.append(time.perf_counter() - start)
+    return float(np.median(stores)), float(np.median(checkpoints)) if checkpoints else float("nan")
+
+
+def bench_write_behind(where: str, label: str, capacity: int, pause: float) -> None:
+    """Store stage and checkpoint of the write-behind memory against the code path before it."""
+    from legacy_memory import Memory as LegacyMemory
+
+    rng = np.random.default_rng(6)
+    chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
+    fill_iterations = capacity // 1000 + 1
+    measured = 100  # two checkpoints' worth, overwriting the rows of the previous checkpoint
+    results = {}
+    for name, make in (
+        ("ram only", lambda: Memory(None, num_workers=1, capacity=capacity)),
+        ("before (flush at checkpoint)", lambda: LegacyMemory(f"{where}/legacy.zarr", 1, capacity)),
+        ("write-behind", lambda: Memory(f"{where}/behind.zarr", num_workers=1, capacity=capacity)),
+    ):
+        memory = make()
+        training_loop(memory, chunks, fill_iterations, 0.0)  # fill the ring, checkpoints included
+        memory.flush()
+        memory.checkpoint_committed()
+        results[name] = training_loop(memory, chunks, measured, pause)
+        if hasattr(memory, "close"):
+            memory.close()
+    floor, _ = results["ram only"]
+    old_store, old_checkpoint = results["before (flush at checkpoint)"]
+    new_store, new_checkpoint = results["write-behind"]
+    print(f"{label}: store 1,000-step chunk, checkpoint every 50 (50,000 rows), capacity {capacity:,}")
+    print(f"  {'store, RAM only (floor)':<44} {floor * 1e3:10.3f} ms")
+    print(f"  {'store, before (RAM only, Zarr at checkpoint)':<44} {old_store * 1e3:10.3f} ms")
+    print(
+        f"  {'store, write-behind':<44} {new_store * 1e3:10.3f} ms   {new_store / old_store:6.2f} x before, "
+        f"{new_store / floor:6.2f} x RAM only"
+    )
+    print(f"  {'checkpoint, before (flush 50,000 rows)':<44} {old_checkpoint * 1e3:10.3f} ms")
+    print(
+        f"  {'checkpoint, write-behind':<44} {new_checkpoint * 1e3:10.3f} ms   "
+        f"{new_checkpoint / old_checkpoint:6.3f} x before",
+        flush=True,
+    )
+
+
+def bench_s3(capacity: int, pause: float) -> None:
+    """The same loop with the memories on a moto S3 server on 127.0.0.1 (as tests/s3.py starts it)."""
+    import os
+
+    from tests.s3 import moto_server
+
+    with tempfile.TemporaryDirectory(prefix="bench_memory_moto_") as tmp:
+        servers = moto_server(Path(tmp) / "moto.log")
+        server = next(servers)
+        os.environ.update(server.env)
+        try:
+            bench_write_behind(f"s3://{server.make_bucket('bench')}", "S3 (moto, 127.0.0.1)", capacity, pause)
+        finally:
+            servers.close()
+
+
 def bench_compression(root: Path, capacity: int) -> None:
     rng = np.random.default_rng(3)
     for compression in (None, "lz4", "zstd"):
@@ -341,6 +425,15 @@ def main() -> None:
     parser.add_argument(
         "--undo-only", action="store_true", help="only the undo area's flush cost and disk use"
     )
+    parser.add_argument(
+        "--write-behind-only",
+        action="store_true",
+        help="only the store stage and checkpoint, before and after",
+    )
+    parser.add_argument(
+        "--s3", action="store_true", help="also run the store stage and checkpoint on moto S3"
+    )
+    parser.add_argument("--pause", type=float, default=0.01, help="seconds of other work per iteration")
     parser.add_argument("--peak-child", nargs=2, metavar=("TASK", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_child:
@@ -354,6 +447,11 @@ def main() -> None:
         root = Path(tmp)
         if args.undo_only:
             bench_undo(root, args.capacity)
+            return
+        bench_write_behind(str(root), "local disk", args.capacity, args.pause)
+        if args.s3:
+            bench_s3(args.capacity, args.pause)
+        if args.write_behind_only:
             return
         bench_ram(root, args.capacity, None)
         bench_workers(root, args.capacity)

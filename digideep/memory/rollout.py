@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,11 @@ class RolloutMemory:
         self._chunks: deque[dict[str, np.ndarray]] = deque(maxlen=keep)
         self._specs: dict[str, KeySpec] = {}
         self._stored = 0
+
+    @classmethod
+    def from_params(cls, *, location: str, num_workers: int, name: str, **args: Any) -> RolloutMemory:
+        """Build from a params ``memory`` entry; ``location`` is ignored (nothing is persisted)."""
+        return cls(num_workers=num_workers, name=name, **args)
 
     @property
     def num_workers(self) -> int:
@@ -107,3 +113,7 @@ class RolloutMemory:
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self._stored = int(state["stored"])
+
+    def restore(self, state: Mapping[str, int]) -> None:
+        """Return to a checkpoint's counters (the chunks are not kept: the next explore refills it)."""
+        self.load_state_dict(state)

@@ -7,6 +7,10 @@ unit documents the entries it reads. A sampler adds ``info["rng"]``, a ``numpy.r
 seeded from ``info.get("seed")``, unless ``info`` brings its own; its state is in the sampler's
 ``state_dict`` so that a resumed run draws the same batches.
 
+Typed samplers build the usual compositions from keyword arguments: :class:`UniformTransitions`
+(off-policy) and :class:`LastChunk` (on-policy); both are :class:`Sampler` objects (units can be
+injected, ``state_dict`` holds the generator's state).
+
 Example (off-policy, with a NaN check injected)::
 
     sampler = Sampler(
@@ -14,6 +18,9 @@ Example (off-policy, with a NaN check injected)::
         {"batch_size": 256, "num_batches": 1000, "keys": ["/observations", ...], "seed": 0},
     )
     batch = sampler(memory)  # {"/observations": (1000, 256, 17), ..., "/indices": (1000, 256, 2)}
+    # the same, typed:
+    sampler = UniformTransitions(batch_size=256, num_batches=1000, keys=["/observations", ...], seed=0)
+    sampler.insert(1, check_nan)
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sampler", "Unit"]
+from digideep.memory.units import get_last_chunk, uniform_transitions
+
+__all__ = ["LastChunk", "Sampler", "UniformTransitions", "Unit"]
 
 Unit = Callable[[Any, dict[str, Any]], Any]
 
@@ -74,3 +83,51 @@ class Sampler:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+
+class UniformTransitions(Sampler):
+    """Off-policy: ``num_batches`` batches of ``batch_size`` transitions drawn uniformly, with replacement.
+
+    The :func:`~digideep.memory.units.uniform_transitions` unit with typed settings; ``sampler(memory)``
+    returns ``{key: (num_batches, batch_size, *row_shape)}`` plus ``"/indices"``.
+
+    Args:
+        batch_size: transitions per batch.
+        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
+        keys: keys to read; ``None`` reads every key.
+        seed: seed of the sampler's generator.
+        units: units run after the draw (transforms, debug units).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_batches: int = 1,
+        keys: Sequence[str] | None = None,
+        seed: int | None = None,
+        units: Sequence[Unit] = (),
+    ) -> None:
+        if int(batch_size) < 1 or int(num_batches) < 1:
+            raise ValueError(
+                f"UniformTransitions needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
+            )
+        info = {
+            "batch_size": int(batch_size),
+            "num_batches": int(num_batches),
+            "keys": None if keys is None else list(keys),
+            "seed": seed,
+        }
+        super().__init__([uniform_transitions, *units], info)
+
+
+class LastChunk(Sampler):
+    """On-policy: the memory's latest chunk, ``(W, T + 1, ...)`` per key, then ``units``.
+
+    Args:
+        units: units run after it (e.g. ``drop_final_prestep``, ``minibatch_iterator``).
+        seed: seed of the generator the units may read (``minibatch_iterator`` shuffles with it).
+        **info: settings the units read (e.g. ``num_minibatches=4, epochs=10``).
+    """
+
+    def __init__(self, units: Sequence[Unit] = (), seed: int | None = None, **info: Any) -> None:
+        super().__init__([get_last_chunk, *units], {**info, "seed": seed})

@@ -1,10 +1,11 @@
 """The durable copy of a circular memory: a Zarr group with one array per key and a commit record.
 
-Layout of the group folder (``<session>/memory/<name>.zarr``)::
+Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, see
+:mod:`digideep.memory.location`)::
 
     zarr.json                 group metadata; its attribute "digideep_memory" is the commit record
     observations/zarr.json    one array per key, the key's path without its leading "/"
-    observations/c/...        chunks of (1 worker, chunk_rows rows, *row_shape), uncompressed by default
+    observations/c/...        chunks of (workers, chunk_rows rows, *row_shape), uncompressed by default
     agents/agent/actions/...
     _undo/observations/...    the undo area: rows of the anchor that later writes overwrote (below)
 
@@ -23,8 +24,14 @@ The record is one small JSON document written in a single store operation. With 
 ``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
 into place (zarr-developers/zarr-python#3412; earlier 3.x releases rewrote files in place, so a
 crash could leave a torn ``zarr.json`` or chunk), so a process that dies at any instant leaves each
-file old or new, never a mix. Nothing is fsynced: the guarantee covers a killed process, not a
-power loss before the OS writes its page cache back.
+file old or new, never a mix; on object storage every object is written whole by one PUT. Nothing
+is fsynced: the guarantee covers a killed process, not a power loss before the OS writes its page
+cache back.
+
+Chunk shapes: a chunk spans ``chunk_workers`` workers (all of them for the write-through memory, so
+that one write of a row range is one file or object per key; one for the Zarr-only memory, whose
+sampling reads rows of one worker) and ``chunk_bytes // (chunk_workers * row_bytes)`` rows (at
+least 1, at most the capacity), unless ``chunk_rows`` fixes the rows.
 """
 
 from __future__ import annotations
@@ -32,12 +39,12 @@ from __future__ import annotations
 import logging
 import re
 from math import prod
-from pathlib import Path
 
 import numpy as np
 import zarr
 
 from digideep.memory.layout import KeySpec, fill_value
+from digideep.memory.location import Location
 from digideep.memory.ring import RingState
 from digideep.memory.undo import UNDO, UndoArea
 
@@ -89,11 +96,12 @@ class ZarrStore:
     """One memory's Zarr group: create or open it, write and read row ranges, commit the pointers.
 
     Args:
-        path: folder of the group.
+        location: the group's place (local folder or URL).
         num_workers: ``W``, first axis of every array.
         capacity: ``C``, rows per worker, second axis of every array.
         chunk_rows: rows per Zarr chunk; ``None`` sizes each key's chunks to about ``chunk_bytes``.
         chunk_bytes: target chunk size when ``chunk_rows`` is ``None``.
+        chunk_workers: workers per chunk (``1`` or ``num_workers``).
         compression: ``None`` (default, fastest: replay data barely compresses), ``"zstd"`` or ``"lz4"``.
         name: shown in messages.
 
@@ -103,15 +111,17 @@ class ZarrStore:
 
     def __init__(
         self,
-        path: Path,
+        location: Location | str,
         num_workers: int,
         capacity: int,
         chunk_rows: int | None,
         chunk_bytes: int,
         compression: str | None,
         name: str,
+        chunk_workers: int = 1,
     ) -> None:
-        self.path = path
+        self.location = location if isinstance(location, Location) else Location(location)
+        self.chunk_workers = chunk_workers
         self.num_workers = num_workers
         self.capacity = capacity
         self.chunk_rows = chunk_rows
@@ -126,7 +136,7 @@ class ZarrStore:
         self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
-        self.undo = UndoArea(path, capacity, self.compressors, name)
+        self.undo = UndoArea(self.location, capacity, self.compressors, name)
 
     # -- opening -------------------------------------------------------------------------------
     @property
@@ -140,14 +150,14 @@ class ZarrStore:
             ValueError: if the folder already holds something (a memory must be continued with
                 ``load()``, never silently overwritten).
         """
-        if self.path.exists() and any(self.path.iterdir()):
+        if not self.location.is_empty():
             record = self._peek_record()
             what = "a digideep memory" if record is not None else "files that are not a digideep memory"
             raise ValueError(
-                f"memory '{self.name}': {self.path} already holds {what}; call load() to continue "
+                f"memory '{self.name}': {self.location} already holds {what}; call load() to continue "
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
-        self.group = zarr.open_group(str(self.path), mode="w")
+        self.group = self.location.open_group("w")
         self.arrays, self.undo.arrays = {}, {}
         self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
         self.commit(RingState(), {})
@@ -162,26 +172,26 @@ class ZarrStore:
             FileNotFoundError: if the folder does not exist.
             ValueError: if it is not a digideep memory of this format, worker count and capacity.
         """
-        if not self.path.exists():
+        if not self.location.exists():
             raise FileNotFoundError(
-                f"memory '{self.name}': no memory to load at {self.path}; it is written by flush() "
+                f"memory '{self.name}': no memory to load at {self.location}; it is written by flush() "
                 "(the Runner flushes before every checkpoint)"
             )
         record = self._peek_record()
         if record is None:
             raise ValueError(
-                f"memory '{self.name}': {self.path} is not a digideep memory (no Zarr group with a "
+                f"memory '{self.name}': {self.location} is not a digideep memory (no Zarr group with a "
                 f"'{ATTR}' attribute); point the memory at its own folder"
             )
         if record.get("format") not in (1, FORMAT):
             raise ValueError(
-                f"memory '{self.name}': {self.path} has layout format {record.get('format')!r}, this "
+                f"memory '{self.name}': {self.location} has layout format {record.get('format')!r}, this "
                 f"version reads format {FORMAT}; open it with the digideep version that wrote it"
             )
         layout = (record.get("num_workers"), record.get("capacity"))
         if layout != (self.num_workers, self.capacity):
             raise ValueError(
-                f"memory '{self.name}': {self.path} holds num_workers={layout[0]}, capacity={layout[1]}, "
+                f"memory '{self.name}': {self.location} holds num_workers={layout[0]}, capacity={layout[1]}, "
                 f"but this memory was created with num_workers={self.num_workers}, "
                 f"capacity={self.capacity}; create it with the values of the run that wrote it"
             )
@@ -195,9 +205,9 @@ class ZarrStore:
                 raise ValueError(f"anchor keys {anchor_keys} or undo_rows={undo_rows} out of range")
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(
-                f"memory '{self.name}': the commit record in {self.path} is damaged: {error!r}"
+                f"memory '{self.name}': the commit record in {self.location} is damaged: {error!r}"
             ) from None
-        self.group = zarr.open_group(str(self.path), mode="r+")
+        self.group = self.location.open_group("r+")
         self.arrays = {}
         for key, spec in specs.items():
             array = self.group.get(key[1:])
@@ -207,7 +217,7 @@ class ZarrStore:
                     "nothing" if array is None else f"{type(array).__name__} {getattr(array, 'shape', '')}"
                 )
                 raise ValueError(
-                    f"memory '{self.name}': {self.path} commits key '{key}' as {spec.dtype} {expected} but "
+                    f"memory '{self.name}': {self.location} commits key '{key}' as {spec.dtype} {expected} but "
                     f"the store holds {found} {getattr(array, 'dtype', '')}; the folder was changed by "
                     "something else than this memory"
                 )
@@ -220,10 +230,10 @@ class ZarrStore:
     def _peek_record(self) -> dict | None:
         """The commit record of the folder, or ``None`` if it is not a group carrying one."""
         try:
-            group = zarr.open_group(str(self.path), mode="r")
+            group = self.location.open_group("r")
             record = group.attrs.get(ATTR)
         except Exception as error:  # any reason it is not a readable group
-            logger.debug("%s is not a readable Zarr group: %r", self.path, error)
+            logger.debug("%s is not a readable Zarr group: %r", self.location, error)
             return None
         return record if isinstance(record, dict) else None
 
@@ -237,12 +247,12 @@ class ZarrStore:
             rows = self.chunk_rows
         else:
             row_bytes = max(1, spec.dtype.itemsize * prod(spec.shape))
-            rows = self.chunk_bytes // row_bytes
+            rows = self.chunk_bytes // (row_bytes * self.chunk_workers)
         rows = max(1, min(self.capacity, rows))
         self.arrays[key] = self.group.create_array(
             key[1:],
             shape=(self.num_workers, self.capacity, *spec.shape),
-            chunks=(1, rows, *(max(1, d) for d in spec.shape)),
+            chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
             dtype=spec.dtype,
             fill_value=fill_value(spec.dtype),
             compressors=self.compressors,
@@ -314,7 +324,7 @@ class ZarrStore:
             self.undo.apply(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             specs = {key: self.committed_specs[key] for key in self.anchor_keys}
             self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
-            self.undo.drop()
+            self.undo.drop(self.group)
         state = self.committed.rolled_back(target, self.capacity)
         if state != self.committed or self.anchor != state or self.undo_rows:
             self.set_anchor(state, self.committed_specs)
@@ -323,7 +333,7 @@ class ZarrStore:
     def set_anchor(self, state: RingState, specs: dict[str, KeySpec]) -> None:
         """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area."""
         self._write_record(state, specs, state, tuple(specs), 0)
-        self.undo.drop()
+        self.undo.drop(self.group)
 
     # -- reading -------------------------------------------------------------------------------
     def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:

@@ -7,7 +7,6 @@ slices reach the constructors (see ``docs/architecture.md``).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +67,14 @@ def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("t
         num_workers = explorer_params["train"]["num_workers"]
         for name, spec in params["memory"].items():
             memory_class = import_object(spec["type"])
-            args = {"num_workers": num_workers, "name": name, **spec.get("args", {})}
-            if "path" in inspect.signature(memory_class).parameters:  # durable memories get a Zarr folder
-                args["path"] = session.memory_path(name)
-            memories[name] = memory_class(**args)
+            if not hasattr(memory_class, "from_params"):
+                raise UsageError(
+                    f"memory '{name}': class '{spec['type']}' has no from_params(location=, num_workers=, "
+                    "name=, **args); give it one (see digideep.memory.Memory.from_params)"
+                )
+            memories[name] = memory_class.from_params(
+                location=session.memory_url(name), num_workers=num_workers, name=name, **spec.get("args", {})
+            )
             memory_types[name] = spec["type"]
 
     explorers = {
@@ -117,10 +120,9 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
 
 
 def restore_memory(memory: Any, state: dict[str, Any]) -> None:
-    """Reload a memory's contents from its Zarr store, rolled back to the checkpoint's pointers.
+    """Return a memory to a checkpoint's state, its data included (``memory.restore(state)``).
 
-    A flush that happened after the checkpoint (a crash between the memory flush and the rename of
-    the checkpoint folder) is undone: the memory keeps exactly the rows the checkpoint saw.
+    Rows written after the checkpoint (by the background writer or a flush before a crash) are
+    undone: the memory holds exactly the rows the checkpoint saw.
     """
-    memory.load_state_dict(state)
-    memory.load()
+    memory.restore(state)

@@ -157,6 +157,10 @@ class Session:
         """Folder of the Zarr group of memory ``name``."""
         return self.path / "memory" / f"{name}.zarr"
 
+    def memory_url(self, name: str) -> str:
+        """Place of the Zarr group of memory ``name``, as a memory opens it (a path or a URL)."""
+        return str(self.memory_path(name))  # the s3session branch replaces this with the session's URL
+
     # -- metadata ------------------------------------------------------------------------------
     def write_params(self, module: str, cpanel: dict[str, Any], params: dict[str, Any]) -> None:
         """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically)."""

@@ -8,6 +8,12 @@
 - ``record:N``: halfway through writing the N-th file of the commit record (``zarr.json`` of the
   group or its temporary sibling) after the first checkpoint;
 - ``chunk:N``: halfway through writing the N-th chunk file (ring or undo area) after it.
+- ``behind:N``: like ``chunk:N``, but the chunks are only stored (never flushed) and the main
+  thread then waits for the background writer: the kill hits the write-behind thread.
+
+What the main thread was doing then ("store" or "flush") goes to ``PATH``'s sibling
+``killed_in.txt``: in "ram" mode chunks are written by the memory's background writer while the
+main thread goes on storing.
 
 A checkpoint is ``PATH``'s sibling ``checkpoint.json`` (the memory's ``state_dict()``, written to a
 temporary file and renamed), followed by ``checkpoint_committed``, as the Runner does. Between the
@@ -31,6 +37,7 @@ W, CAPACITY = 2, 12
 STEPS = [4, 4, 4, 4, 11, 7, 11, 8]  # checkpoints after the 4th and the 8th chunk
 FIRST = 4  # chunks before the first checkpoint
 KEYS = ("/observations", "/rewards", "/agents/agent/actions")
+PHASE = {"main": "store"}
 
 
 def chunks() -> list[dict[str, Any]]:
@@ -46,8 +53,8 @@ def chunks() -> list[dict[str, Any]]:
 class _HalfThenKill:
     """A file whose first write stops halfway, then the process is killed."""
 
-    def __init__(self, file: Any) -> None:
-        self.file = file
+    def __init__(self, file: Any, note: Path) -> None:
+        self.file, self.note = file, note
 
     def __enter__(self) -> _HalfThenKill:
         return self
@@ -59,6 +66,7 @@ class _HalfThenKill:
         view = memoryview(data).cast("B")
         self.file.write(view[: len(view) // 2])
         self.file.flush()
+        self.note.write_text(PHASE["main"])  # what the main thread was doing
         os.kill(os.getpid(), signal.SIGKILL)
         return 0  # pragma: no cover - never reached
 
@@ -69,6 +77,7 @@ class _HalfThenKill:
 def arm(kill: str, root: Path) -> None:
     """Make the ``N``-th write of a record or chunk file under ``root`` kill the process halfway."""
     kind, _, number = kill.partition(":")
+    kind = "chunk" if kind == "behind" else kind
     if kind not in ("record", "chunk"):
         return
     target, seen = int(number), {"n": 0}
@@ -83,14 +92,20 @@ def arm(kill: str, root: Path) -> None:
             if record if kind == "record" else chunk:
                 seen["n"] += 1
                 if seen["n"] == target:
-                    return _HalfThenKill(file)
+                    return _HalfThenKill(file, root.parent / "killed_in.txt")
         return file
 
     Path.open = open_  # type: ignore[method-assign]
 
 
-def checkpoint(memory: Memory, folder: Path) -> None:
+def flush(memory: Memory) -> None:
+    PHASE["main"] = "flush"
     memory.flush()
+    PHASE["main"] = "store"
+
+
+def checkpoint(memory: Memory, folder: Path) -> None:
+    flush(memory)
     state = memory.state_dict()
     tmp = folder / "checkpoint.json.tmp"
     tmp.write_text(json.dumps(state))
@@ -105,10 +120,16 @@ def main(path: Path, mode: str, kill: str) -> None:
         memory.store(chunk)
     checkpoint(memory, path.parent)
     arm(kill, path)
+    if kill.startswith("behind"):
+        for chunk in data[FIRST:]:
+            memory.store(chunk)
+        PHASE["main"] = "wait"
+        memory.wait()
+        sys.exit(3)
     for i, chunk in enumerate(data[FIRST:]):
         memory.store(chunk)
         if i % 2 == 1:
-            memory.flush()  # flushes that no checkpoint follows yet
+            flush(memory)  # flushes that no checkpoint follows yet
     if kill == "after_flush":
         os.kill(os.getpid(), signal.SIGKILL)
     checkpoint(memory, path.parent)

@@ -64,6 +64,8 @@ def run_child(path: Path, mode: str, kill: str) -> None:
         ("ram", "record:1"),  # the commit that records the undo copy
         ("ram", "record:4"),  # the commit of the last flush
         ("ram", "record:5"),  # checkpoint_committed, after the checkpoint file exists
+        ("ram", "behind:1"),  # the first chunk the write-behind thread writes after the checkpoint
+        ("ram", "behind:5"),  # stores only, no flush: the thread was writing the ring or undo area
         ("ram", "chunk:9"),  # a chunk of the undo area or the ring
         ("disk", "record:2"),
         ("disk", "chunk:30"),
@@ -75,6 +77,8 @@ def test_sigkill_while_writing_the_memory_resumes_the_checkpoint_byte_for_byte(
     path = tmp_path / "m.zarr"
     run_child(path, mode, kill)
     checkpoint = json.loads((tmp_path / "checkpoint.json").read_text())
+    if kill.startswith("behind"):  # killed while the write-behind thread wrote, not in a flush
+        assert (tmp_path / "killed_in.txt").read_text() in ("store", "wait")
     # the memory as it was committed when the process died: readable, and every valid row true
     plain = Memory(path, W, CAPACITY, mode=mode)
     plain.load()
