@@ -53,7 +53,7 @@ grows by ``T`` per chunk up to ``capacity - 1``. Sample through ``uniform_transi
 ``physical_rows`` rather than ``randint(size)``, which is wrong once the ring wraps.
 
 Keys that appear late are back-filled with the nonify placeholder for earlier rows
-(``digideep.environment.data_helpers.placeholder_array``: NaN for floats, ``np.iinfo(dtype).min``
+(``digideep.utility.placeholders.placeholder_array``: NaN for floats, ``np.iinfo(dtype).min``
 for signed ints, 0 for unsigned ints, False for bools); a key missing from a chunk gets the
 placeholder for that chunk's rows. dtypes are preserved. A chunk whose worker count differs, whose
 keys change dtype or row shape, or that has more rows than ``capacity`` is refused with a

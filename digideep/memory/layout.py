@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from digideep.environment.data_helpers import placeholder_array
+from digideep.utility.placeholders import placeholder_array
 
 __all__ = ["KeySpec", "check_key", "fill_value", "validate_chunk"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from digideep.environment.data_helpers import placeholder_array
+from digideep.utility.placeholders import placeholder_array
 from digideep.memory.layout import KeySpec, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState, rows_written_since, surviving_size
