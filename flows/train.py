@@ -24,18 +24,103 @@ from prefect.runtime import deployment as deployment_runtime
 from prefect.runtime import flow_run as flow_run_runtime
 
 from digideep.errors import UsageError
-from digideep.pipeline.runner import Runner
+from digideep.pipeline.runner import ITERATION_STAGES, Runner
 from digideep.pipeline.session import DEFAULT_ROOT
-from digideep.pipeline.training import open_run, run_training
+from digideep.pipeline.training import close_run, open_run, run_training
 
 _RUNNERS: dict[str, Runner] = {}
 """Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
 
 
-@task(name="stage", cache_policy=NO_CACHE, persist_result=False, task_run_name="{label}")
-def run_stage(key: str, stage: str, label: str) -> Any:
-    """Run one Runner stage (explore, store, sample, update or iterate; test, log, checkpoint)."""
-    return getattr(_RUNNERS[key], stage)()
+# One task per stage, named after it, so that the UI's filters, tag-based concurrency limits and
+# per-task settings (a timeout, with_options) apply to each. No task is retried in place: a stage
+# mutates the Runner (environments stepped, RNGs drawn, optimizers stepped), so running it again
+# would not give the run that never failed. The flow is what is retried: it resumes from the
+# newest checkpoint (see docs/tracking-prefect.md).
+_STAGE_TASK = {"cache_policy": NO_CACHE, "persist_result": False, "task_run_name": "{label}", "retries": 0}
+
+
+@task(**_STAGE_TASK)
+def explore(key: str, label: str) -> int:
+    """Collect one chunk with the train explorer; the frames it collected."""
+    return _RUNNERS[key].explore()
+
+
+@task(**_STAGE_TASK)
+def store(key: str, label: str) -> int:
+    """Keep the chunk in every memory."""
+    return _RUNNERS[key].store()
+
+
+@task(**_STAGE_TASK)
+def sample(key: str, label: str) -> int:
+    """Draw each agent's minibatches for this iteration."""
+    return _RUNNERS[key].sample()
+
+
+@task(**_STAGE_TASK)
+def update(key: str, label: str) -> dict[str, float]:
+    """Update each agent from its batches; the update's metrics."""
+    return _RUNNERS[key].update()
+
+
+@task(**_STAGE_TASK)
+def iterate(key: str, label: str) -> dict[str, float]:
+    """A whole iteration (explore, store, sample, update) as one task, for short iterations."""
+    return _RUNNERS[key].iterate()
+
+
+@task(**_STAGE_TASK)
+def test(key: str, label: str) -> float:
+    """Run the test explorer; the mean test return."""
+    return _RUNNERS[key].test()
+
+
+@task(**_STAGE_TASK)
+def log(key: str, label: str) -> dict[str, float]:
+    """Report the epoch: console, session log, MLflow."""
+    return _RUNNERS[key].log()
+
+
+@task(**_STAGE_TASK)
+def checkpoint(key: str, label: str) -> str:
+    """Save a checkpoint of the whole run; its path."""
+    return _RUNNERS[key].checkpoint()
+
+
+STAGE_TASKS = {t.name: t for t in (explore, store, sample, update, iterate, test, log, checkpoint)}
+"""The stage tasks by stage name (each task is named after its function, i.e. its stage)."""
+
+
+def stage_timeouts(runner_params: dict[str, Any]) -> dict[str, float | None]:
+    """Each stage's timeout in seconds (None: none) from ``runner.stage_timeouts`` in params.
+
+    A stage without one has no timeout; ``iterate`` defaults to the sum of its four stages' when
+    all four have one. A timed-out task fails, and with it the flow run; retrying the flow run
+    resumes from the newest checkpoint.
+
+    Raises:
+        UsageError: an unknown stage, or a timeout that is not a positive number.
+    """
+    given = runner_params.get("stage_timeouts") or {}
+    if not isinstance(given, dict):
+        raise UsageError(f"runner.stage_timeouts must be a dict of stage -> seconds, got {given!r}")
+    for stage, seconds in given.items():
+        if stage not in STAGE_TASKS:
+            raise UsageError(
+                f"runner.stage_timeouts names an unknown stage '{stage}'; stages: {', '.join(STAGE_TASKS)}"
+            )
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+        ):
+            raise UsageError(
+                f"runner.stage_timeouts['{stage}'] must be a positive number of seconds or None, got {seconds!r}"
+            )
+    timeouts = {stage: given.get(stage) for stage in STAGE_TASKS}
+    parts = [timeouts[stage] for stage in ITERATION_STAGES]
+    if timeouts["iterate"] is None and all(part is not None for part in parts):
+        timeouts["iterate"] = sum(parts)
+    return timeouts
 
 
 def session_name_for(
@@ -108,9 +193,18 @@ def train(
     if handle.resumed_from:
         logger.info("resuming from %s", handle.resumed_from)
     try:
+        try:
+            timeouts = stage_timeouts(runner.params["runner"])
+        except UsageError:
+            close_run(handle, "FAILED")
+            raise
+        stage_tasks = {
+            stage: stage_task.with_options(timeout_seconds=timeouts[stage])
+            for stage, stage_task in STAGE_TASKS.items()
+        }
         reason = run_training(
             handle,
-            lambda stage, _: run_stage(key, stage, runner.stage_label(stage)),
+            lambda stage, _: stage_tasks[stage](key, runner.stage_label(stage)),
             per_iteration=tasks == "iteration",
         )
     finally:

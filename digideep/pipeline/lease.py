@@ -1,0 +1,348 @@
+"""A session lock for object storage: a lease that a dead host loses by itself.
+
+A local session is locked with a kernel lock (``flock``, see :mod:`digideep.pipeline.session`),
+which dies with its process. Object stores have no such lock and a host can die without cleaning
+up, so a session under a URL is held by a *lease*: the object ``<session url>/.lease.json``::
+
+    {"owner": "<uuid4 hex>", "host": "...", "pid": 123, "flow_run_id": "..." | null,
+     "info": {...}, "ttl": 120.0, "created": <unix s>, "renewed": <unix s>, "expires": <unix s>}
+
+- **Create**: a conditional write that succeeds only if the object does not exist
+  (S3 ``PutObject`` with ``If-None-Match: *``). Of any number of simultaneous starters one wins.
+- **Renew**: a heartbeat thread rewrites the record every ``ttl / 4`` with ``If-Match: <etag>`` of
+  the last write, so a renewal succeeds only while the record is still ours.
+- **Take over**: a record whose ``expires`` passed (plus a clock-skew margin) belongs to a dead or
+  cut-off host; a starter replaces it with ``If-Match`` on the expired record's etag, so of several
+  starters racing for it exactly one wins. A live lease is never taken.
+- **Lose**: a holder whose renewal is refused (another host took over after this one was cut off)
+  or that could not renew for ``ttl`` seconds (store unreachable) sets :attr:`Lease.lost` and calls
+  its ``on_lost`` callbacks; it never writes the record again. The owner of the lease must stop
+  writing to the session (see :meth:`Lease.ensure_held`).
+- **Release**: deletes the record with ``If-Match``, only if it is still ours; safe to call twice.
+
+Time. Expiry compares the record's own ``expires`` (the holder's wall clock) with the starter's
+wall clock, plus ``clock_skew`` seconds (default 10): hosts are assumed to agree within that margin
+(NTP keeps them within milliseconds). The holder itself does not trust wall clocks: it counts its
+validity on its monotonic clock from the moment it *sent* its last successful write, so it believes
+itself lost no later than any other host may take over. A process frozen past its expiry (SIGSTOP,
+a paused VM) learns it lost the lease at its next renewal; a writer therefore calls
+:meth:`Lease.ensure_held` right before each commit. This fencing is advisory, as with every lease on
+a store without multi-object transactions.
+
+Other stores. The store sits behind :class:`LeaseStore` (read, create-if-absent, replace-if-token,
+delete-if-token). GCS would implement it with generations: create with ``ifGenerationMatch=0``,
+replace and delete with ``ifGenerationMatch=<generation>`` (the token), e.g. through
+``google-cloud-storage`` or ``gcsfs``' ``_call`` with those query parameters. Azure Blob would use
+``If-None-Match: *`` and ``If-Match: <etag>`` on Put Blob and Delete Blob (Azure's own blob leases
+last at most 60 s or forever, so the record is still needed for the holder's identity).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from digideep.errors import UsageError
+from digideep.pipeline.lease_store import (
+    LEASE_FILE,
+    LeaseConflictError,
+    LeaseMissingError,
+    LeaseStore,
+    Stored,
+    store_for,
+)
+
+__all__ = [
+    "DEFAULT_CLOCK_SKEW",
+    "DEFAULT_TTL",
+    "LEASE_FILE",
+    "Lease",
+    "LeaseLostError",
+    "LeaseStore",
+    "acquire_session_lease",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL = 120.0
+"""Seconds a lease lives without renewal: how long a retry waits for a dead host's session."""
+DEFAULT_CLOCK_SKEW = 10.0
+"""Seconds by which hosts' clocks may disagree; added to a record's expiry before taking it over."""
+_ATTEMPTS = 3
+
+
+class LeaseLostError(RuntimeError):
+    """The session's lease was lost (taken over, or not renewable); the holder must not write."""
+
+
+class Lease:
+    """A held session lease; renewed by a daemon thread until :meth:`release` or until lost.
+
+    Attributes:
+        url: the record's URL (``<session url>/.lease.json``).
+        owner: this holder's id (uuid4 hex), as written in the record.
+        lost: set when the lease was lost; the holder must stop writing to the session.
+        lost_reason: one line saying why, once lost.
+        took_over: the expired record this lease replaced (None when the session was free).
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        record: dict[str, Any],
+        token: str,
+        sent_at: float,
+        heartbeat: float,
+        took_over: dict[str, Any] | None,
+    ) -> None:
+        self.url = store.url
+        self.owner: str = record["owner"]
+        self.ttl: float = record["ttl"]
+        self.heartbeat = heartbeat
+        self.record = record
+        self.took_over = took_over
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self._store = store
+        self._token = token
+        self._valid_until = sent_at + self.ttl  # monotonic: no later than any other host takes over
+        self._callbacks: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._released = False
+        self._thread = threading.Thread(target=self._beat, name="digideep-lease", daemon=True)
+        self._thread.start()
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` once when the lease is lost (at once if it already is).
+
+        It runs on the heartbeat thread: keep it short (set a flag, request a stop).
+        """
+        with self._lock:
+            if not self.lost.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self.lost_reason or "lost")
+
+    def remaining(self) -> float:
+        """Seconds this holder can still count on the lease (0 once lost)."""
+        return 0.0 if self.lost.is_set() else max(0.0, self._valid_until - time.monotonic())
+
+    def ensure_held(self, margin: float = 0.0) -> None:
+        """Raise :class:`LeaseLostError` unless the lease is held for at least ``margin`` more seconds.
+
+        Call it right before writing to the session (e.g. before a checkpoint's commit record).
+        """
+        if self.lost.is_set():
+            raise LeaseLostError(f"the lease {self.url} was lost: {self.lost_reason}")
+        if self.remaining() <= margin:
+            raise LeaseLostError(f"the lease {self.url} may expire within {margin:g} s; not writing")
+
+    def renew(self) -> bool:
+        """Renew now (the heartbeat does this every ``heartbeat`` seconds); return whether held."""
+        with self._lock:
+            if self._released or self.lost.is_set():
+                return not self.lost.is_set()
+            sent_at, now = time.monotonic(), time.time()
+            record = {**self.record, "renewed": now, "expires": now + self.ttl}
+            try:
+                self._token = self._write_ours(record)
+            except (LeaseConflictError, LeaseMissingError) as error:
+                self._lose(self._taken_reason(error))
+            except Exception as error:  # the store is unreachable or failing: retry until expiry
+                if time.monotonic() >= self._valid_until:
+                    self._lose(f"could not renew it for {self.ttl:g} s ({_one_line(error)})")
+                else:
+                    log.warning(
+                        "renewing the session lease %s failed; retrying: %s", self.url, _one_line(error)
+                    )
+            else:
+                self.record = record
+                self._valid_until = sent_at + self.ttl
+        if self.lost.is_set():
+            self._notify()
+            return False
+        return True
+
+    def release(self) -> None:
+        """Stop renewing and delete the record if it is still ours. Safe to call twice."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            if self.lost.is_set():
+                return  # the record is someone else's now
+            try:
+                self._delete_ours()
+            except Exception as error:  # it expires by itself after ttl
+                log.warning("could not delete the session lease %s: %s", self.url, _one_line(error))
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "released" if self._released else "held"
+        return f"Lease({self.url!r}, owner={self.owner}, {state})"
+
+    # -- internals ----------------------------------------------------------------------------
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            if not self.renew():
+                return
+
+    def _write_ours(self, record: dict[str, Any]) -> str:
+        try:
+            return self._store.replace(_encode(record), self._token)
+        except LeaseConflictError:
+            # a write of ours that timed out may have landed: adopt its token if the record is ours
+            self._token = self._ours().token
+            return self._store.replace(_encode(record), self._token)
+
+    def _delete_ours(self) -> None:
+        try:
+            self._store.delete(self._token)
+        except LeaseMissingError:
+            pass
+        except LeaseConflictError:
+            try:
+                self._store.delete(self._ours().token)
+            except (LeaseConflictError, LeaseMissingError):
+                log.warning("the session lease %s is no longer ours; left in place", self.url)
+
+    def _ours(self) -> Stored:
+        found = self._store.read()
+        if found is None:
+            raise LeaseMissingError("deleted")
+        if found.record.get("owner") != self.owner:
+            raise LeaseConflictError(_holder(found.record))
+        return found
+
+    def _taken_reason(self, error: Exception) -> str:
+        if isinstance(error, LeaseMissingError):
+            return "its record was deleted by someone else"
+        holder = str(error)
+        return f"it was taken over by {holder}" if holder.startswith("host ") else "it was taken over"
+
+    def _lose(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.lost.set()
+        log.error(
+            "lost the session lease %s: %s; this run must stop writing to the session", self.url, reason
+        )
+
+    def _notify(self) -> None:
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback(self.lost_reason or "lost")
+            except Exception:
+                log.exception("a lease-lost callback failed")
+
+
+def acquire_session_lease(
+    url: str,
+    info: dict[str, Any],
+    ttl: float = DEFAULT_TTL,
+    heartbeat: float | None = None,
+    *,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+) -> Lease:
+    """Take the lease of the session at ``url``, or refuse in one line naming its holder.
+
+    Args:
+        url: the session's URL, e.g. ``s3://bucket/sessions/run-1``; the record is
+            ``<url>/.lease.json``.
+        info: what identifies the run: ``flow_run_id`` (the caller fills it from Prefect, which the
+            library never imports; None outside Prefect) and anything else worth showing.
+        ttl: seconds the lease lives without renewal; a dead host's session is free after that.
+        heartbeat: seconds between renewals; ``ttl / 4`` by default.
+        clock_skew: seconds hosts' clocks may disagree by; an expired record is taken over only
+            ``clock_skew`` seconds after its ``expires``.
+
+    Returns:
+        The held Lease, renewing itself on a daemon thread.
+
+    Raises:
+        UsageError: the session is held by a live lease; the store or bucket is unreachable or
+            refuses the credentials; the URL's scheme has no lease store; bad ``ttl``/``heartbeat``.
+    """
+    heartbeat = ttl / 4 if heartbeat is None else heartbeat
+    if not (ttl > 0 and 0 < heartbeat < ttl and clock_skew >= 0):
+        raise UsageError(
+            f"a session lease needs ttl > 0, 0 < heartbeat < ttl and clock_skew >= 0 "
+            f"(got ttl={ttl}, heartbeat={heartbeat}, clock_skew={clock_skew})"
+        )
+    store = store_for(url, timeout=max(0.5, min(5.0, heartbeat)))
+    owner = uuid.uuid4().hex
+    extra = {key: value for key, value in info.items() if key != "flow_run_id"}
+    flow_run_id = info.get("flow_run_id")
+    for _ in range(_ATTEMPTS):
+        found = store.read()
+        sent_at, now = time.monotonic(), time.time()
+        record = {
+            "owner": owner,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "flow_run_id": str(flow_run_id) if flow_run_id else None,
+            "info": extra,
+            "ttl": float(ttl),
+            "created": now,
+            "renewed": now,
+            "expires": now + ttl,
+        }
+        try:
+            if found is None:
+                token = store.create(_encode(record))
+                took_over = None
+            else:
+                if now <= float(found.record["expires"]) + clock_skew:
+                    raise UsageError(_busy(url, found.record, now))
+                token = store.replace(_encode(record), found.token)
+                took_over = found.record
+                log.warning("took over the expired session lease %s of %s", store.url, _holder(found.record))
+        except (LeaseConflictError, LeaseMissingError):
+            continue  # another starter moved first: look again
+        return Lease(store, record, token, sent_at, heartbeat, took_over)
+    found = store.read()
+    if found is not None:
+        raise UsageError(_busy(url, found.record, time.time()))
+    raise UsageError(f"the lease {store.url} changed under every attempt to take it; try again")
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True).encode()
+
+
+def _holder(record: dict[str, Any]) -> str:
+    return (
+        f"host {record.get('host', '?')} (flow run {record.get('flow_run_id') or 'none'}, "
+        f"pid {record.get('pid', '?')})"
+    )
+
+
+def _busy(url: str, record: dict[str, Any], now: float) -> str:
+    expires = float(record["expires"])
+    when = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"session '{url}' is in use by {_holder(record)}; its lease expires at {when} "
+        f"(in {max(0.0, expires - now):.0f} s) unless renewed; wait for that run to finish or stop it"
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__

@@ -1,0 +1,59 @@
+"""A SAC agent whose update hangs once, and a parameter file with a timeout on the update stage.
+
+The hang is the kind a user meets (a stuck environment, an upload that never returns). A marker
+file makes it hang only the first time, so the retried flow run gets past it. Used as
+``--params tests.flows.hanging`` by the stage-task tests.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from digideep.agents.sac import SAC
+from tests.flows import faulty
+
+cpanel = {
+    **{key: value for key, value in faulty.cpanel.items() if key not in ("fail_at_update", "marker")},
+    "number_epochs": 4,  # iterations to train (epoch_size 1)
+    "test_interval": 1,
+    "update_timeout": 20.0,  # seconds the update stage may take before its task fails
+    "hang_at_update": 3,  # the update call that hangs, the first time only
+    "marker": "",  # file created when the hang has begun (empty: never hang)
+}
+
+
+def gen_params(cpanel: dict) -> dict:
+    params = faulty.gen_params({**faulty.cpanel, **cpanel, "marker": ""})
+    params["runner"]["stage_timeouts"] = {"update": cpanel["update_timeout"]}
+    agent = params["agents"]["agent"]
+    agent["type"] = "tests.flows.hanging.HangOnceSAC"
+    del agent["args"]["fail_at_update"], agent["args"]["marker"]
+    agent["args"].update(hang_at_update=cpanel["hang_at_update"], marker=cpanel["marker"])
+    return params
+
+
+class HangOnceSAC(SAC):
+    """SAC whose ``hang_at_update``-th update (counted over the whole run) hangs, once."""
+
+    def __init__(self, *args: Any, hang_at_update: int, marker: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hang_at_update = hang_at_update
+        self.marker = Path(marker) if marker else None
+        self.update_calls = 0
+
+    def update(self, batches: Any) -> dict[str, float]:
+        self.update_calls += 1
+        if self.marker is not None and self.update_calls == self.hang_at_update and not self.marker.exists():
+            self.marker.write_text("hanging")
+            time.sleep(3600)
+        return super().update(batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "update_calls": self.update_calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.update_calls = state.pop("update_calls")
+        super().load_state_dict(state)
