@@ -137,7 +137,7 @@ def tune(
     with get_client(sync_client=True) as client:
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             in_flight[trial.number] = _launch(  # relaunching returns the same flow run (idempotency key)
-                deployment, name, trial.number, trial.user_attrs["cpanel"], trial_base, session_path
+                deployment, params, name, trial.number, trial.user_attrs["cpanel"], trial_base, session_path
             )
             logger.info("trial %d: continuing its train run %s", trial.number, in_flight[trial.number])
         while True:
@@ -151,7 +151,7 @@ def tune(
                     raise
                 trial.set_user_attr("cpanel", cpanel)
                 in_flight[trial.number] = _launch(
-                    deployment, name, trial.number, cpanel, trial_base, session_path
+                    deployment, params, name, trial.number, cpanel, trial_base, session_path
                 )
                 trial.set_user_attr("flow_run_id", in_flight[trial.number])
                 logger.info("trial %d: %s as %s", trial.number, json.dumps(cpanel), in_flight[trial.number])
@@ -179,8 +179,11 @@ def tune(
     return summary
 
 
-def _launch(deployment: str, study: str, number: int, cpanel: dict, trial: dict, session_path: str) -> str:
+def _launch(
+    deployment: str, params: str, study: str, number: int, cpanel: dict, trial: dict, session_path: str
+) -> str:
     parameters = {
+        "params": params,
         "cpanel": cpanel,
         "session_path": session_path,
         "trial": {**trial, "number": number},
