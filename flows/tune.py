@@ -128,6 +128,8 @@ def tune(
         load_if_exists=True,
     )
     data_root = Path(session_path).resolve().parent
+    if study.trials:  # a continued study: draw new values, not the first run's sequence again
+        study.sampler = make_sampler(sampler, seed + len(study.trials), sampler_args)
     parent = _parent_run(study, module.__name__, base_cpanel or {}, run_id, data_root)
     trial_base = {"storage": url, "study": name, "pruner": pruner, "pruner_args": pruner_args or {}}
     if parent:

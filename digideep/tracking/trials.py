@@ -104,7 +104,7 @@ def open_storage(url: str) -> Any:
     except (SQLAlchemyError, ValueError, ImportError, ModuleNotFoundError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(
-            f"Optuna study storage {url} cannot be reached ({first}); pass a reachable --storage URL"
+            f"Optuna study storage {url} cannot be reached ({first}); pass the tune flow a storage URL that answers"
         ) from None
 
 

@@ -69,6 +69,8 @@ def test_a_study_prunes_retries_and_continues_without_repeating_trials(tune_stac
     states = {t.number: t.state.name for t in study.get_trials()}
     assert states[1] == "PRUNED" and states[4] == "FAIL", states
     assert sorted(n for n, s in states.items() if s == "COMPLETE") == [0, 2, 3, 5, 6], states
+    lrs = [t.params["lr"] for t in study.trials if "lr" in t.params]
+    assert len(set(lrs)) == len(lrs), "the continued study drew the same values again"
     # no trial ran twice: one session per launched trial, each its own flow run
     infos = [json.loads(p.read_text()) for p in sessions.glob("*/session.json")]
     flow_runs = {study.trials[n].user_attrs["flow_run_id"] for n in states if n != 4}
@@ -105,3 +107,25 @@ def test_a_study_prunes_retries_and_continues_without_repeating_trials(tune_stac
     )
     assert "pruned by its tune study" in (pruned_session / "log.txt").read_text()
     assert all(by_trial[n].info.status == "FINISHED" for n in (0, 2, 3, 5, 6))
+
+
+def test_bad_input_is_one_line(tmp_path):
+    from digideep.errors import UsageError
+    from digideep.pipeline.params import load_params_module
+    from digideep.tracking.trials import make_pruner, make_sampler, open_storage
+    from flows.tune import trial_cpanel
+
+    module = load_params_module("params.pendulum_sac")
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}")
+    assert trial_cpanel(module, {}, module.search_space(study.ask()))["hidden_sizes"]
+    cases = [
+        (lambda: trial_cpanel(module, {}, {"learning_rate": 0.1}), "unknown cpanel key 'learning_rate'"),
+        (lambda: trial_cpanel(module, {}, [1]), "must return a dict"),
+        (lambda: open_storage(f"sqlite:///{tmp_path / 'no' / 'dir.db'}"), "cannot be reached"),
+        (lambda: make_pruner("nope"), "unknown pruner 'nope'"),
+        (lambda: make_sampler("nope"), "unknown sampler 'nope'"),
+    ]
+    for call, message in cases:
+        with pytest.raises(UsageError, match=message) as raised:
+            call()
+        assert "\n" not in str(raised.value)
