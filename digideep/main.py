@@ -12,7 +12,8 @@
     digideep train --params params.pendulum_sac [--cpanel JSON] ...
     digideep resume SESSION
     digideep play CHECKPOINT [--video]
-    digideep runs [compare RUN ...]
+    digideep runs [compare RUN|EXPERIMENT|STUDY ...]
+    digideep runs register RUN [--name N] [--model model|best_model]
     digideep runs sync SESSION [--tracking-uri URI]
     digideep envs --list-include REGEX | --model ID ...     # python -m digideep.environment.play
 
@@ -357,7 +358,8 @@ def _build_cli_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser(
         "runs",
-        help="list runs tracked in MLflow; 'runs compare RUN...' plots their curves; 'runs ui' starts the MLflow UI",
+        help="list runs tracked in MLflow; 'runs compare RUN|EXPERIMENT|STUDY...' plots their curves; "
+        "'runs register RUN' registers its policy model; 'runs ui' starts the MLflow UI",
         add_help=False,
     )
     runs.add_argument(

@@ -27,6 +27,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, Runner
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.training import close_run, open_run, run_training
+from digideep.tracking.trials import TrialReporter, trial_tags
 
 _RUNNERS: dict[str, Runner] = {}
 """Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
@@ -141,6 +142,7 @@ def train(
     resume: bool = False,
     tasks: Literal["stage", "iteration"] = "stage",
     description: str | None = None,
+    trial: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
 
@@ -156,6 +158,8 @@ def train(
             (``bench/bench_orchestration.py``).
         description: the run's description (MLflow's note and ``description`` in session.json);
             a resumed run keeps the one it started with.
+        trial: set by the tune flow (``flows/tune.py``): the Optuna trial this run is, which gets
+            the test returns and may prune the run (:mod:`digideep.tracking.trials`).
     """
     logger = get_run_logger()
     # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
@@ -174,7 +178,9 @@ def train(
     tags = {
         "prefect.flow_run_id": str(run_id or ""),
         "prefect.deployment": str(deployment_runtime.name or ""),
+        **trial_tags(trial),
     }
+    reporter = TrialReporter.from_parameters(trial)
     handle = open_run(
         params,
         cpanel or {},
@@ -190,6 +196,7 @@ def train(
     handle.session.update_info(prefect_flow_run_id=str(run_id or ""))
     key = str(run_id or handle.session.path)
     _RUNNERS[key] = runner = handle.runner
+    runner.trial = reporter
     if handle.resumed_from:
         logger.info("resuming from %s", handle.resumed_from)
     try:

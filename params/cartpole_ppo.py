@@ -57,3 +57,28 @@ def gen_params(cpanel: dict) -> dict:
         memory=ROLLOUT_MEMORY,
         warm_start=False,
     )
+
+
+def search_space(trial) -> dict:
+    """cpanel overrides for one trial of ``flows/tune.py`` (``trial``: an ``optuna.Trial``).
+
+    Ranges: RL Baselines3 Zoo, ``sample_ppo_params`` in ``rl_zoo3/hyperparams_opt.py`` (gamma and
+    GAE lambda sampled as ``1 - x`` on a log scale, as there). Not searched: the activation (tanh
+    here) and separate actor/critic widths; the zoo's ``tiny`` net maps to one 64-unit layer.
+    """
+    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
+    one_minus_gae_lambda = trial.suggest_float("one_minus_gae_lambda", 0.0001, 0.1, log=True)
+    return {
+        "batch_size": trial.suggest_categorical("batch_size", [32, 64, 128, 256, 512]),
+        "n_steps": trial.suggest_categorical("n_steps", [32, 64, 128, 256, 512, 1024, 2048]),
+        "gamma": 1.0 - one_minus_gamma,
+        "gae_lambda": 1.0 - one_minus_gae_lambda,
+        "lr": trial.suggest_float("lr", 1e-5, 0.002, log=True),
+        "ent_coef": trial.suggest_float("ent_coef", 1e-8, 0.1, log=True),
+        "clip_range": trial.suggest_categorical("clip_range", [0.1, 0.2, 0.3, 0.4]),
+        "n_epochs": trial.suggest_categorical("n_epochs", [1, 5, 10, 20]),
+        "max_grad_norm": trial.suggest_float("max_grad_norm", 0.3, 2.0),
+        "hidden_sizes": {"tiny": [64], "small": [64, 64], "medium": [256, 256]}[
+            trial.suggest_categorical("net_arch", ["tiny", "small", "medium"])
+        ],
+    }

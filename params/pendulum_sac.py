@@ -46,3 +46,23 @@ def gen_params(cpanel: dict) -> dict:
         memory=replay_memory(cpanel),
         warm_start=True,
     )
+
+
+def search_space(trial) -> dict:
+    """cpanel overrides for one trial of ``flows/tune.py`` (``trial``: an ``optuna.Trial``).
+
+    Ranges: RL Baselines3 Zoo, ``sample_sac_params`` in ``rl_zoo3/hyperparams_opt.py``; gradient
+    steps per frame stay 1 (zoo: ``gradient_steps = train_freq``), ``learning_starts`` keeps the
+    zoo's values below this file's 10,000-frame run, and ``log_std_init`` (gSDE only) is left out.
+    """
+    return {
+        "gamma": trial.suggest_categorical("gamma", [0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999]),
+        "lr": trial.suggest_float("lr", 1e-5, 1.0, log=True),
+        "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64, 128, 256, 512, 1024, 2048]),
+        "buffer_size": trial.suggest_categorical("buffer_size", [10_000, 100_000, 1_000_000]),
+        "learning_starts": trial.suggest_categorical("learning_starts", [0, 1000]),
+        "tau": trial.suggest_categorical("tau", [0.001, 0.005, 0.01, 0.02, 0.05, 0.08]),
+        "hidden_sizes": {"small": [64, 64], "medium": [256, 256], "big": [400, 300]}[
+            trial.suggest_categorical("net_arch", ["small", "medium", "big"])
+        ],
+    }

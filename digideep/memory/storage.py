@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import zarr
 
-from digideep.utility.placeholders import placeholder_array
 from digideep.memory.layout import KeySpec, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState, rows_written_since, surviving_size
 from digideep.memory.zarr_store import ZarrStore
+from digideep.utility.placeholders import placeholder_array
 
 __all__ = ["Pieces", "RamStorage", "ZarrStorage", "make_storage"]
 

@@ -158,6 +158,7 @@ class Runner:
         self._chunk: dict[str, np.ndarray] | None = None
         self._batches: dict[str, Any] | None = None
         self._stop_reason: str | None = None
+        self.trial: Any = None  # a digideep.tracking.trials.TrialReporter when the run is a tune trial
         self._wall_start: float | None = None
         self._log_start = time.perf_counter()
 
@@ -227,6 +228,8 @@ class Runner:
         stats = self.monitor.summary().get(tester.metric_names[0])
         mean = stats["mean"] if stats else math.nan
         self.counters.last_test_return = mean
+        if self.trial is not None:  # a trial of a tune study: report; stop here when it is pruned
+            self.trial.report(self, mean)
         return mean
 
     def _record_episodes(self, explorer: Any, chunk: Any) -> None:
@@ -374,6 +377,10 @@ class Runner:
                 frames=self.counters.frames,
                 best_test_return=self.counters.best_test_return,
             )
+            if self.tracker is not None:  # the policy as an MLflow model (digideep/tracking/model.py)
+                from digideep.tracking.model import log_run_models
+
+                log_run_models(self)
         log.info(
             "training stopped: %s (iteration %d, %d frames)",
             reason,

@@ -3,8 +3,13 @@
 ::
 
     digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--data-root DIR]
-    digideep runs compare RUN [RUN ...] [--metric KEY] [--out PNG]
+    digideep runs compare RUN|EXPERIMENT|STUDY ... [--metric KEY] [--out PNG]
+    digideep runs register RUN [--name NAME] [--model model|best_model]
     digideep runs ui [--port PORT]
+
+The table shows the train return (``last``, ``best``) and the deterministic test return
+(``test_last``, ``test_best``); the trials of a tune study (``flows/tune.py``) are listed under their
+study's parent run.
 
 The functions read MLflow through its client API only. The store is found as the tracker finds it
 (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///data/mlflow.db``), see
@@ -50,6 +55,9 @@ __all__ = [
 ]
 
 DEFAULT_RETURN_METRIC = "explore/train/episode_return"
+TEST_RETURN_METRIC = "explore/test/episode_return"
+PARENT_TAG = "mlflow.parentRunId"
+STUDY_TAG = "optuna.study"
 MAX_PARAM_COLUMNS = 8
 
 
@@ -103,8 +111,10 @@ def list_runs(
     Returns:
         One dict per run with keys, in column order: ``run_id``, ``name``, ``status``, the
         differing params (:func:`differing_params`), ``steps`` (highest step of ``metric``),
-        ``last`` and ``best`` (last and highest value of ``metric``) and ``wall_time`` (seconds
-        from start to end, or to now while running). Missing figures are None.
+        ``last`` and ``best`` (last and highest value of ``metric``), ``test_last`` and
+        ``test_best`` (the same of the deterministic test return) and ``wall_time`` (seconds from
+        start to end, or to now while running). Missing figures are None. Nested runs (the trials
+        of a tune study) follow their parent, their names indented.
 
     Raises:
         UsageError: the store is unreachable or has no such experiment.
@@ -117,25 +127,55 @@ def list_runs(
     runs = client.search_runs(
         [found.experiment_id], order_by=["attributes.start_time ASC"], max_results=max_runs
     )
+    runs = _nested_order(runs)
     key = mlflow_key(metric)
-    columns = differing_params([run.data.params for run in runs])
+    columns = differing_params(
+        [run.data.params for run in runs if PARENT_TAG in run.data.tags or not _is_study(run)]
+    )
     rows = []
     for run in runs:
-        history = client.get_metric_history(run.info.run_id, key) if key in run.data.metrics else []
-        history.sort(key=lambda m: (m.step, m.timestamp))
+        history = _history(client, run, key)
+        tests = _history(client, run, mlflow_key(TEST_RETURN_METRIC))
         end = run.info.end_time or int(time.time() * 1000)
-        row: dict[str, Any] = {
-            "run_id": run.info.run_id,
-            "name": run.info.run_name,
-            "status": run.info.status,
-        }
+        name = run.info.run_name
+        if PARENT_TAG in run.data.tags:
+            trial = run.data.tags.get("optuna.trial")
+            name = f"  trial {trial}: {name}" if trial else f"  {name}"
+        row: dict[str, Any] = {"run_id": run.info.run_id, "name": name, "status": run.info.status}
         row.update({column: run.data.params.get(column) for column in columns})
         row["steps"] = history[-1].step if history else None
         row["last"] = history[-1].value if history else None
         row["best"] = max(m.value for m in history) if history else None
+        row["test_last"] = tests[-1].value if tests else None
+        row["test_best"] = max(m.value for m in tests) if tests else None
         row["wall_time"] = (end - run.info.start_time) / 1000 if run.info.start_time else None
         rows.append(row)
     return rows
+
+
+def _history(client: MlflowClient, run: Any, key: str) -> list[Any]:
+    history = client.get_metric_history(run.info.run_id, key) if key in run.data.metrics else []
+    return sorted(history, key=lambda m: (m.step, m.timestamp))
+
+
+def _is_study(run: Any) -> bool:
+    return run.data.tags.get("digideep.kind") == "study"
+
+
+def _nested_order(runs: Sequence[Any]) -> list[Any]:
+    """``runs`` (oldest first) with every nested run moved right after its parent."""
+    ids = {run.info.run_id for run in runs}
+    children: dict[str, list[Any]] = {}
+    for run in runs:
+        parent = run.data.tags.get(PARENT_TAG)
+        if parent in ids:
+            children.setdefault(parent, []).append(run)
+    ordered = []
+    for run in runs:
+        if run.data.tags.get(PARENT_TAG) not in ids:
+            ordered.append(run)
+            ordered.extend(children.get(run.info.run_id, []))
+    return ordered
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], max_param_columns: int = MAX_PARAM_COLUMNS) -> str:
@@ -143,7 +183,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], max_param_columns: int = MAX
     if not rows:
         return "(no runs)"
     columns = list(rows[0])
-    fixed = {"run_id", "name", "status", "steps", "last", "best", "wall_time"}
+    fixed = {"run_id", "name", "status", "steps", "last", "best", "test_last", "test_best", "wall_time"}
     params = [c for c in columns if c not in fixed]
     note = ""
     if len(params) > max_param_columns:
@@ -216,14 +256,7 @@ def compare_runs(
         raise UsageError("runs compare: give at least one run id (listed by 'digideep runs')")
     client = client or open_client(tracking_uri, data_root)
     key = mlflow_key(metric)
-    runs = []
-    for run_id in run_ids:
-        try:
-            runs.append(client.get_run(run_id))
-        except Exception:
-            raise UsageError(
-                f"no run '{run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
-            ) from None
+    runs = [run for name in run_ids for run in _runs_named(client, name)]
     columns = differing_params([run.data.params for run in runs])[:3]
     curves = {}
     for run in runs:
@@ -238,6 +271,33 @@ def compare_runs(
     return plot_learning_curves(curves, out_png, title=key, ylabel=key)
 
 
+def _runs_named(client: MlflowClient, name: str) -> list[Any]:
+    """The run ``name``; else every run of the experiment ``name``; else the trials of the study ``name``.
+
+    Raises:
+        UsageError: none of the three exists.
+    """
+    try:
+        return [client.get_run(name)]
+    except Exception:
+        pass
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+        return [run for run in runs if not _is_study(run)]
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    trials = client.search_runs(
+        experiments, filter_string=f"tags.`{STUDY_TAG}` = '{name}'", order_by=["attributes.start_time ASC"]
+    )
+    trials = [run for run in trials if not _is_study(run)]
+    if trials:
+        return trials
+    raise UsageError(
+        f"no run '{name}' (nor an experiment or tune study of that name) at {client.tracking_uri}; "
+        "list runs with 'digideep runs'"
+    )
+
+
 # -- command line ---------------------------------------------------------------------------------
 def _parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"digideep runs{' ' + command if command else ''}")
@@ -249,8 +309,16 @@ def _parser(command: str) -> argparse.ArgumentParser:
         "--metric", default=DEFAULT_RETURN_METRIC, help="return metric (default: %(default)s)"
     )
     if command == "compare":
-        parser.add_argument("run_ids", nargs="+", metavar="RUN", help="run ids from 'digideep runs'")
+        parser.add_argument(
+            "run_ids", nargs="+", metavar="RUN", help="run ids, experiment names or tune study names"
+        )
         parser.add_argument("--out", default="runs_compare.png", help="PNG to write (default: %(default)s)")
+    elif command == "register":
+        parser.add_argument("run_id", metavar="RUN", help="a run id from 'digideep runs'")
+        parser.add_argument("--name", help="registered model name (default: the run's experiment name)")
+        parser.add_argument(
+            "--model", default="model", help="the run's logged model: model (final) or best_model"
+        )
     elif command == "ui":
         parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: %(default)s)")
     else:
@@ -262,7 +330,7 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
     """``digideep runs [compare RUN ... | ui]``: returns the exit code; bad input raises UsageError."""
     argv = list(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
-    command = argv[0] if argv and argv[0] in ("compare", "ui") else ""
+    command = argv[0] if argv and argv[0] in ("compare", "register", "ui") else ""
     args = _parser(command).parse_args(argv[1:] if command else argv)
     if command == "ui":
         return _run_ui(args.tracking_uri, args.data_root, args.port)
@@ -274,6 +342,8 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
 
 def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
     client = open_client(args.tracking_uri, args.data_root)
+    if command == "register":
+        return _register(client, args, out)
     if command == "compare":
         png = compare_runs(args.run_ids, args.metric, args.out, client=client)
         out.write(f"wrote {png}\n")
@@ -285,6 +355,26 @@ def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int
         out.write(
             f"experiment {name}\n{format_table(list_runs(name, metric=args.metric, client=client))}\n\n"
         )
+    return 0
+
+
+def _register(client: MlflowClient, args: argparse.Namespace, out: TextIO) -> int:
+    from digideep.tracking.model import MODEL_ARTIFACTS, register_model
+
+    which = {artifact: key for key, artifact in MODEL_ARTIFACTS.items()}.get(args.model)
+    if which is None:
+        raise UsageError(f"unknown model '{args.model}'; choose one of {sorted(MODEL_ARTIFACTS.values())}")
+    name = args.name
+    if not name:
+        try:
+            run = client.get_run(args.run_id)
+        except Exception:
+            raise UsageError(
+                f"no run '{args.run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
+            ) from None
+        name = client.get_experiment(run.info.experiment_id).name
+    version = register_model(client, args.run_id, name, which)
+    out.write(f"registered {args.model} of run {args.run_id} as '{name}' version {version}\n")
     return 0
 
 

@@ -37,6 +37,7 @@ ELSEWHERE = {
     r"\.venv/bin/prefect deployment run 'train/": "tests/flows/test_train_flow.py::test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one",
     r"\.venv/bin/prefect deployment run 'sweep/sweep'": "tests/flows/test_train_flow.py::test_a_sweep_of_two_runs_completes",
     r"\.venv/bin/python bench/bench_": "tests/docs/test_commands.py::test_benchmarks_run_in_quick_mode",
+    r"\.venv/bin/prefect deployment run 'tune/": "tests/flows/test_tune.py::test_a_study_prunes_retries_and_continues_without_repeating_trials",
 }  # fmt: skip
 
 

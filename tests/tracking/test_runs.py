@@ -45,7 +45,19 @@ def test_runs_are_listed_with_their_differing_params(store: str, make_params) ->
     experiment, run_ids = _two_runs(store, make_params)
     rows = list_runs(experiment, tracking_uri=store)
     assert [row["run_id"] for row in rows] == run_ids
-    assert list(rows[0]) == ["run_id", "name", "status", "cpanel/lr", "steps", "last", "best", "wall_time"]
+    assert list(rows[0]) == [
+        "run_id",
+        "name",
+        "status",
+        "cpanel/lr",
+        "steps",
+        "last",
+        "best",
+        "test_last",
+        "test_best",
+        "wall_time",
+    ]
+    assert [(row["test_last"], row["test_best"]) for row in rows] == [(4.0, 4.0), (8.0, 8.0)]
     assert [row["cpanel/lr"] for row in rows] == ["0.001", "0.0003"]
     assert [(row["steps"], row["last"], row["best"]) for row in rows] == [(400, 4.0, 10.0), (400, 8.0, 20.0)]
     assert all(row["status"] == "FINISHED" and row["wall_time"] >= 0 for row in rows)

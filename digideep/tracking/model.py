@@ -1,0 +1,279 @@
+"""The policy of a checkpoint as an MLflow model and a TorchScript file.
+
+:func:`export_policy` turns a checkpoint folder into a model folder::
+
+    <out>/MLmodel, python_model.py, ...   an MLflow pyfunc (``mlflow.pyfunc.load_model``), with a
+                                           signature and an input example
+    <out>/artifacts/policy.pt              the same policy as TorchScript (plain ``torch.jit.load``)
+
+The model is the *deterministic* policy with the run's observation normaliser inside: it takes the
+observations the vector env's ``NormalizeObservation`` receives (the raw env observations for the
+shipped parameter files), ``(batch, obs_dim) float32``, and returns the actions the test explorer
+would take, ``(batch, *act_shape)`` (float32 for Box actions, int64 for Discrete). Per-worker
+wrappers that act on the env side (``ClipAction``, ``RescaleAction``) stay outside the model, as
+they stay outside the agent. The normaliser is applied in float64 and cast to float32, as
+:class:`~digideep.environment.wrappers.NormalizeObservation` does, so the model's actions are
+bit-equal to the checkpoint's agent on the CPU. Not exported (one-line error): several agents,
+Dict or image observations, recurrent policies.
+
+:func:`log_policy_models` logs the last and the best checkpoint of a finished run under the run's
+artifacts ``model`` and ``best_model`` (``runs:/<run_id>/model``) and registers the first when
+``tracking.register_model`` names a registered model; ``digideep runs register RUN [--name N]``
+(:func:`register_model`) registers one afterwards. Loading needs torch, numpy and mlflow only: the
+pyfunc is saved as code (:mod:`digideep.tracking.policy_pyfunc`), so neither digideep nor Prefect
+is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from digideep.errors import UsageError
+from digideep.pipeline.checkpoint import load_checkpoint
+from digideep.utility.codec import decode
+
+__all__ = ["MODEL_ARTIFACTS", "PolicyModule", "export_policy", "log_policy_models", "register_model"]
+
+log = logging.getLogger(__name__)
+
+MODEL_ARTIFACTS = {"final": "model", "best": "best_model"}
+"""Which checkpoint -> the run's artifact folder holding its model."""
+TORCHSCRIPT = "policy.pt"
+_NORMALIZER = "NormalizeObservation"
+
+
+class PolicyModule(nn.Module):
+    """Raw observations -> deterministic actions: the normaliser, then the agent's ``_act``.
+
+    Args:
+        agent: a built agent (its policy is a submodule, so tracing keeps its weights as parameters).
+        normalizer: ``{"mean", "var"}`` float64 arrays and ``epsilon``, ``clip`` of the run's
+            ``NormalizeObservation``, or None.
+    """
+
+    def __init__(self, agent: Any, normalizer: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.policy = agent.policy
+        self._act = agent._act
+        self.hidden_size = int(agent.hidden_size)
+        self.normalize = normalizer is not None
+        self.epsilon = float(normalizer["epsilon"]) if normalizer else 0.0
+        self.clip = normalizer.get("clip") if normalizer else None
+        mean = np.asarray(normalizer["mean"], dtype=np.float64) if normalizer else np.zeros(0)
+        var = np.asarray(normalizer["var"], dtype=np.float64) if normalizer else np.zeros(0)
+        self.register_buffer("obs_mean", torch.from_numpy(mean))
+        self.register_buffer("obs_var", torch.from_numpy(var))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs: (B, obs_dim) float32`` -> actions ``(B, *act_shape)``."""
+        x = obs
+        if self.normalize:  # as NormalizeObservation: float64 arithmetic, float32 result, then clip
+            x = ((x.to(torch.float64) - self.obs_mean) / torch.sqrt(self.obs_var + self.epsilon)).to(
+                torch.float32
+            )
+            if self.clip is not None:
+                x = torch.clamp(x, -self.clip, self.clip)
+        column = torch.zeros_like(x[:, :1])
+        hidden = column.repeat(1, self.hidden_size)
+        return self._act(x, hidden, column + 1.0, True)["actions"]
+
+
+class _CpuSession:
+    """What an agent asks of its session when it is rebuilt for export: the CPU."""
+
+    device = torch.device("cpu")
+
+
+def build_policy(checkpoint: str | Path) -> tuple[PolicyModule, Any]:
+    """The checkpoint's agent on the CPU as a :class:`PolicyModule`, and its observation space.
+
+    Raises:
+        UsageError: a damaged checkpoint, or a run the export does not cover (module doc).
+    """
+    from digideep.environment.make_environment import MakeEnvironment
+
+    path = Path(checkpoint)
+    info, states = load_checkpoint(path)
+    params = info["params"]
+    agents = params["agents"]
+    if len(agents) != 1:
+        raise UsageError(f"checkpoint {path} has {len(agents)} agents; exporting a model needs exactly one")
+    ((name, spec),) = agents.items()
+    observation_space, action_spaces = MakeEnvironment(**params["env"]).spaces()
+    shape = getattr(observation_space, "shape", None)
+    if shape is None or len(shape) != 1:
+        raise UsageError(
+            f"checkpoint {path}: exporting a model needs flat Box observations, got {observation_space}"
+        )
+    module_name, _, class_name = spec["type"].rpartition(".")
+    agent = getattr(import_module(module_name), class_name)(
+        name=name,
+        session=_CpuSession(),
+        observation_space=observation_space,
+        action_space=action_spaces[name],
+        **spec.get("args", {}),
+    )
+    agent.load_state_dict(states["agents"][name])
+    if int(agent.hidden_size) > 1:
+        raise UsageError(f"checkpoint {path}: exporting a recurrent policy is not supported")
+    agent.policy.eval()
+    module = PolicyModule(agent, _normalizer(params, states, path))
+    return module.eval(), observation_space
+
+
+def _normalizer(params: dict[str, Any], states: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """The train explorer's NormalizeObservation statistics and settings, or None without one."""
+    wrappers = states.get("explorers", {}).get("train", {}).get("wrappers", {})
+    found = [state for key, state in wrappers.items() if key.split(":", 1)[-1] == _NORMALIZER]
+    if not found:
+        return None
+    statistics = decode(found[0]["statistics"])
+    if set(statistics) != {""}:
+        raise UsageError(
+            f"checkpoint {path}: exporting a policy with a Dict observation normaliser is not supported"
+        )
+    entry = next(
+        w for w in params["env"].get("vector_wrappers", []) if w["name"].rsplit(".", 1)[-1] == _NORMALIZER
+    )
+    args = {"epsilon": 1e-8, "clip": 10.0, **entry.get("args", {})}
+    return {"mean": statistics[""]["mean"], "var": statistics[""]["var"], **args}
+
+
+def export_policy(checkpoint: str | Path, out: str | Path, examples: int = 5) -> Path:
+    """Write the checkpoint's policy as an MLflow pyfunc model (with ``artifacts/policy.pt``) at ``out``.
+
+    Args:
+        checkpoint: a checkpoint folder (``.../checkpoints/checkpoint-<iteration>``).
+        out: the model folder to create (must not exist).
+        examples: rows of the input example (observations drawn from the observation space, seed 0).
+
+    Returns:
+        ``out``.
+    """
+    import mlflow
+    from mlflow.models import infer_signature
+
+    module, observation_space = build_policy(checkpoint)
+    observation_space.seed(0)
+    example = np.stack([observation_space.sample() for _ in range(examples)]).astype(np.float32)
+    with tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch, torch.inference_mode():
+        traced = torch.jit.trace(module, torch.from_numpy(example), check_trace=False)
+        script = Path(scratch) / TORCHSCRIPT
+        traced.save(str(script))
+        actions = module(torch.from_numpy(example)).numpy()
+        mlflow.pyfunc.save_model(
+            path=str(out),
+            python_model=str(Path(__file__).with_name("policy_pyfunc.py")),
+            artifacts={"torchscript": str(script)},
+            signature=infer_signature(example, actions),
+            input_example=example,
+            pip_requirements=[
+                f"torch=={torch.__version__.split('+')[0]}",
+                f"mlflow=={mlflow.__version__}",
+                "numpy",
+            ],
+        )
+    return Path(out)
+
+
+def log_policy_models(
+    client: Any, run_id: str, checkpoints: dict[str, Path], register_as: str | None = None
+) -> dict[str, str]:
+    """Export ``checkpoints`` (``{"final": path, "best": path}``) into the run's artifacts.
+
+    The final model is registered as ``register_as`` when given. Failures are logged, never
+    raised: the checkpoints hold the policy either way.
+
+    Returns:
+        ``{"final": "runs:/<run_id>/model", ...}`` for the models logged.
+    """
+    logged: dict[str, str] = {}
+    for which, checkpoint in checkpoints.items():
+        artifact = MODEL_ARTIFACTS[which]
+        with tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch:
+            try:
+                export_policy(checkpoint, Path(scratch) / artifact)
+                client.log_artifacts(run_id, str(Path(scratch) / artifact), artifact)
+            except Exception as error:
+                log.warning(
+                    "could not log the %s policy of %s as an MLflow model: %s", which, checkpoint, error
+                )
+                continue
+        logged[which] = f"runs:/{run_id}/{artifact}"
+    if register_as and "final" in logged:
+        try:
+            version = register_model(client, run_id, register_as)
+            log.info("registered %s as model '%s' version %s", logged["final"], register_as, version)
+        except UsageError as error:
+            log.warning("%s", error)
+    return logged
+
+
+def register_model(client: Any, run_id: str, name: str, which: str = "final") -> str:
+    """Register the run's logged ``which`` model (``final`` or ``best``) as ``name``; return the version.
+
+    Raises:
+        UsageError: no such run, no such logged model, or a name MLflow refuses.
+    """
+    from digideep.tracking.failures import one_line
+
+    if which not in MODEL_ARTIFACTS:
+        raise UsageError(f"unknown model '{which}'; choose one of {sorted(MODEL_ARTIFACTS)}")
+    try:
+        run = client.get_run(run_id)
+    except Exception:
+        raise UsageError(
+            f"no run '{run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
+        ) from None
+    artifact = MODEL_ARTIFACTS[which]
+    logged = {f.path for f in client.list_artifacts(run_id) if f.is_dir}
+    if artifact not in logged:
+        have = sorted(set(MODEL_ARTIFACTS.values()) & logged) or "none"
+        raise UsageError(
+            f"run {run_id} has no logged '{artifact}' model (it has: {have}); models are logged when a run finishes"
+        )
+    if not name or not name.strip():
+        raise UsageError("a registered model needs a non-empty --name")
+    try:
+        try:
+            client.get_registered_model(name)
+        except Exception:
+            client.create_registered_model(name)
+        version = client.create_model_version(
+            name, f"{run.info.artifact_uri}/{artifact}", run_id=run_id, tags={"digideep.model": which}
+        )
+    except Exception as error:
+        raise UsageError(f"MLflow refused to register model '{name}': {one_line(error)}") from None
+    return str(version.version)
+
+
+def log_run_models(runner: Any) -> dict[str, str]:
+    """At the end of a finished run: log its last and best checkpoints' policies to its MLflow run.
+
+    Registers the final one when the params have ``tracking.register_model: <name>``. Does nothing
+    when the run is not tracked.
+    """
+    from mlflow import MlflowClient
+
+    from digideep.pipeline.checkpoint import find_checkpoints
+
+    tracker = runner.tracker
+    if tracker is None or not getattr(tracker, "active", False) or not tracker.run_id:
+        return {}
+    found = {c.iteration: c.path for c in find_checkpoints(runner.session.checkpoints_path)}
+    counters = runner.counters
+    checkpoints = {
+        which: found[iteration]
+        for which, iteration in (("final", counters.last_checkpoint), ("best", counters.best_checkpoint))
+        if iteration in found
+    }
+    register_as = runner.params.get("tracking", {}).get("register_model")
+    return log_policy_models(MlflowClient(tracker.uri), tracker.run_id, checkpoints, register_as)

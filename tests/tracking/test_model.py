@@ -1,0 +1,121 @@
+"""The policy as an MLflow model: logged when a run finishes, registered, loaded without digideep.
+
+A real training run (a subprocess, real MLflow sqlite store) with an observation normaliser; its
+model is loaded in a fresh interpreter that has neither digideep nor Prefect on its path and must
+return exactly the actions the checkpoint's agent takes; the TorchScript file too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from digideep.errors import UsageError
+from digideep.pipeline.runner import Runner
+from digideep.pipeline.session import Session
+from digideep.tracking.runs import main_runs
+from tests.pipeline.test_resume import run, train_command
+
+TINY = {"number_epochs": 2, "epoch_size": 1, "n_steps": 50, "learning_starts": 50, "batch_size": 32,
+        "hidden_sizes": [32, 32], "save_interval": 1, "test_episodes": 1}  # fmt: skip
+
+PARAMS = """
+from params import pendulum_sac
+
+cpanel = dict(pendulum_sac.cpanel)
+
+
+def gen_params(cpanel):
+    params = pendulum_sac.gen_params(cpanel)
+    params["env"]["vector_wrappers"] = [
+        {"name": "digideep.environment.wrappers.NormalizeObservation", "args": {"clip": 5.0}}
+    ]
+    params["tracking"] = {"register_model": "%s"}
+    return params
+"""
+
+LOAD = """
+import sys, numpy as np, mlflow, torch
+obs = np.load(sys.argv[1])
+out = {}
+out["registered"] = mlflow.pyfunc.load_model(sys.argv[2]).predict(obs)
+out["run"] = mlflow.pyfunc.load_model(sys.argv[3]).predict(obs)
+script = mlflow.artifacts.download_artifacts(sys.argv[3] + "/artifacts/policy.pt")
+with torch.inference_mode():
+    out["torchscript"] = torch.jit.load(script)(torch.from_numpy(obs)).numpy()
+assert "prefect" not in sys.modules and "digideep" not in sys.modules, "loading imported prefect or digideep"
+np.savez(sys.argv[4], **out)
+"""
+
+
+def checkpoint_actions(sessions: Path, name: str, checkpoint: Path, obs: np.ndarray) -> np.ndarray:
+    """What the checkpoint's agent does with ``obs``: the test explorer's normaliser, then the agent."""
+    session = Session(root=sessions, name=name, resume=True, lock=False, device="cpu")
+    runner = Runner.from_checkpoint(session, checkpoint, modes=("test",))
+    try:
+        explorer = runner.explorers["test"]
+        normalizer = next(
+            w for key, w in explorer._stateful_wrappers() if key.endswith("NormalizeObservation")
+        )
+        agent = runner.agents["agent"]
+        masks = np.ones((len(obs), 1), dtype=np.float32)
+        hidden = agent.initial_hidden_state(len(obs))
+        return agent.action_generator(normalizer._normalize(obs, False), hidden, masks, deterministic=True)[
+            "actions"
+        ]
+    finally:
+        runner.close()
+        session.close()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_logged_model_acts_as_the_checkpoint_without_digideep_or_prefect(tmp_path, run_env):
+    model_name = f"pendulum-{uuid.uuid4().hex[:8]}"
+    params_file = tmp_path / "normalised_sac.py"
+    params_file.write_text(textwrap.dedent(PARAMS % model_name))
+    sessions = tmp_path / "sessions"
+    run(train_command(sessions, "s", str(params_file), TINY), run_env)
+    info = json.loads((sessions / "s" / "session.json").read_text())
+    run_id, uri = info["mlflow_run_id"], run_env["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(uri)
+    assert {"model", "best_model"} <= {f.path for f in client.list_artifacts(run_id)}
+    assert client.get_registered_model(model_name).latest_versions[0].run_id == run_id
+
+    obs = (np.random.default_rng(0).normal(size=(64, 3)) * 3).astype(np.float32)
+    np.save(tmp_path / "obs.npy", obs)
+    env = {k: v for k, v in run_env.items() if k != "PYTHONPATH"}
+    subprocess.run(
+        [sys.executable, "-c", LOAD, str(tmp_path / "obs.npy"), f"models:/{model_name}/1",
+         f"runs:/{run_id}/model", str(tmp_path / "actions.npz")],
+        cwd=tmp_path, env=env, check=True, timeout=300,
+    )  # fmt: skip
+    loaded = np.load(tmp_path / "actions.npz")
+    expected = checkpoint_actions(sessions, "s", sessions / "s" / "checkpoints" / "checkpoint-2", obs)
+    assert expected.shape == (64, 1) and np.abs(expected).max() > 0
+    for key in ("registered", "run", "torchscript"):
+        np.testing.assert_array_equal(loaded[key], expected, err_msg=key)
+
+    # registered again afterwards, by the CLI's function; bad input is one line
+    out = io.StringIO()
+    assert main_runs(["register", run_id, "--name", f"{model_name}-best", "--model", "best_model",
+                      "--tracking-uri", uri], out=out) == 0  # fmt: skip
+    assert "version 1" in out.getvalue()
+    for argv, message in (
+        (["register", "nope", "--tracking-uri", uri], "no run 'nope'"),
+        (
+            ["register", run_id, "--model", "nope", "--name", "x", "--tracking-uri", uri],
+            "unknown model 'nope'",
+        ),
+    ):
+        with pytest.raises(UsageError, match=message) as raised:
+            main_runs(argv, out=out)
+        assert "\n" not in str(raised.value)
