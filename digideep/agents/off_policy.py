@@ -19,7 +19,7 @@ import torch
 
 from digideep.agents.base import AgentBase
 from digideep.agents.utils import BoxScaler, to_torch
-from digideep.memory import Sampler, uniform_transitions
+from digideep.memory import UniformTransitions
 
 __all__ = ["OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
 
@@ -109,14 +109,8 @@ class OffPolicyAgent(AgentBase):
             note = bfloat16_speed_note(self.device)
             if note:
                 log.warning("agent '%s': %s", name, note)
-        self.sampler = Sampler(
-            [uniform_transitions],
-            {
-                "batch_size": self.batch_size,
-                "num_batches": self.updates_per_iteration,
-                "keys": self.batch_keys(),
-                "seed": seed,
-            },
+        self.sampler = UniformTransitions(
+            self.batch_size, self.updates_per_iteration, keys=self.batch_keys(), seed=seed
         )
 
     # -- keys ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from digideep.agents.base import AgentBase
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.policy import ActorCriticPolicy
 from digideep.agents.utils import MetricAccumulator, make_adam, to_torch
-from digideep.memory import Sampler, get_last_chunk
+from digideep.memory import LastChunk
 
 __all__ = ["PPO", "Minibatch"]
 
@@ -142,7 +142,7 @@ class PPO(AgentBase):
         self.hidden_size = self.policy.recurrent_size
         self.optimizer = make_adam(self.policy.parameters(), self.lr, self.device, eps=adam_eps)
         self._params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.sampler = Sampler([get_last_chunk])
+        self.sampler = LastChunk()
 
     # -- keys ------------------------------------------------------------------------------------
     def _key(self, leaf: str) -> str:
