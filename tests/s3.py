@@ -9,7 +9,6 @@ s3fs through the standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -62,17 +61,46 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+SERIAL_MOTO = """
+import sys
+import threading
+
+import moto.server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+one_at_a_time = threading.Lock()
+handle = DomainDispatcherApplication.__call__
+
+
+def serially(self, environ, start_response):
+    with one_at_a_time:
+        return list(handle(self, environ, start_response))
+
+
+DomainDispatcherApplication.__call__ = serially
+sys.argv = ["moto_server", "-H", "127.0.0.1", "-p", sys.argv[1]]
+moto.server.main()
+"""
+"""moto's server, handling one request at a time (connections stay concurrent).
+
+moto's threaded server checks a write's condition and then writes without a lock: measured here,
+about 1 in 150 rounds of 8 simultaneous ``If-None-Match: *`` PUTs let two of them succeed. S3
+guarantees that exactly one does, and race tests must be checked against that guarantee.
+"""
+
+
 def moto_server(log_path: Path, timeout: float = 30.0) -> Iterator[S3Server]:
-    """Start ``moto_server`` on a free port of 127.0.0.1, yield it when it answers, stop it after."""
-    executable = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which(
-        "moto_server"
-    )
-    if executable is None:
-        raise RuntimeError("moto_server is not installed; install the dev extra: pip install -e '.[dev]'")
+    """Start moto's S3 server on a free port of 127.0.0.1, yield it when it answers, stop it after."""
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            "moto[server] is not installed; install the dev extra: pip install -e '.[dev]'"
+        ) from None
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([executable, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+        process = subprocess.Popen([sys.executable, "-c", SERIAL_MOTO, str(port)], stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + timeout
         while True:

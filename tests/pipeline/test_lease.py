@@ -123,59 +123,6 @@ def test_a_dead_hosts_lease_expires_and_the_next_starter_takes_it_over(s3_bucket
     lease.release()
 
 
-SERIAL_MOTO = """
-import sys
-import threading
-import moto.server
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication
-
-one_at_a_time = threading.Lock()
-handle = DomainDispatcherApplication.__call__
-
-def serially(self, environ, start_response):
-    with one_at_a_time:
-        return list(handle(self, environ, start_response))
-
-DomainDispatcherApplication.__call__ = serially
-sys.argv = ["moto_server", "-H", "127.0.0.1", "-p", sys.argv[1]]
-moto.server.main()
-"""
-
-
-@pytest.fixture(scope="module")
-def serial_s3(tmp_path_factory) -> Iterator[str]:
-    """A moto server that handles one request at a time, so that its conditional writes are atomic.
-
-    moto's usual threaded server checks a condition and then writes without a lock: measured here,
-    about 1 in 150 rounds of 8 simultaneous ``If-None-Match: *`` PUTs let two of them succeed. S3
-    itself guarantees that exactly one succeeds, and that is what the race test must be checked
-    against; handling requests one at a time (connections stay concurrent) gives the same guarantee.
-    """
-    with closed_port() as port:
-        pass  # a port that was free a moment ago
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("serial-moto") / "moto.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen([sys.executable, "-c", SERIAL_MOTO, str(port)], stdout=out, stderr=out)
-    try:
-        wait_until(lambda: _answers(endpoint) or server.poll() is not None, timeout=30)
-        assert server.poll() is None, log.read_text()
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _answers(endpoint: str) -> bool:
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def _starter(urls, barrier, results, failures):
     try:
         for url in urls:
@@ -221,10 +168,8 @@ def _race(urls: list[str]) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.parametrize("case", ["fresh", "expired"])
-def test_exactly_one_of_eight_simultaneous_starters_takes_the_lease(serial_s3, s3_env, monkeypatch, case):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", serial_s3)
-    s3_bucket = f"race-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=s3_bucket)
+def test_exactly_one_of_eight_simultaneous_starters_takes_the_lease(s3_bucket, case):
+    """The test server makes conditional writes atomic, as S3 does (see ``tests/s3.py``)."""
     prefixes = [f"race-{case}/s{trial}" for trial in range(TRIALS)]
     if case == "expired":
         for prefix in prefixes:
