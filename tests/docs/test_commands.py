@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.local_stack import LocalStack
+from digideep_stack.local_stack import LocalStack
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
