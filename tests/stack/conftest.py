@@ -89,7 +89,7 @@ def stop_stack(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    gone, alive = psutil.wait_procs(tree, timeout=30)
+    _, alive = psutil.wait_procs(tree, timeout=30)
     for survivor in alive:
         survivor.kill()
     assert not alive, f"processes left running by the stack: {[p.pid for p in alive]}"
