@@ -45,33 +45,25 @@ def init_cluster(folder: Path, password: str) -> None:
     if (folder / "PG_VERSION").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=folder.parent, delete=False) as pwfile:
-        pwfile.write(password)
+    if subprocess.run(_as_owner(["test", "-x", str(folder.parent)])).returncode != 0:
+        raise UsageError(
+            f"the postgres user cannot enter {folder.parent}; choose a --data folder whose parents "
+            "every user may enter (e.g. under the project, not under a private /tmp/pytest-of-root)"
+        )
+    pwdir = Path(tempfile.mkdtemp(prefix="digideep-pg-"))
+    pwfile = pwdir / "password"
+    pwfile.write_text(password)
     try:
         if os.geteuid() == 0:
-            shutil.chown(folder, "postgres", "postgres")
-            shutil.chown(pwfile.name, "postgres", "postgres")
+            for path in (folder, pwdir, pwfile):
+                shutil.chown(path, "postgres", "postgres")
         os.chmod(folder, 0o700)
-        result = subprocess.run(
-            _as_owner(
-                [
-                    _bin("initdb"),
-                    "-D",
-                    str(folder),
-                    "-U",
-                    USER,
-                    "--auth=scram-sha-256",
-                    f"--pwfile={pwfile.name}",
-                    "-E",
-                    "UTF8",
-                    "--no-instructions",
-                ]
-            ),
-            capture_output=True,
-            text=True,
-        )
+        os.chmod(pwfile, 0o600)
+        command = [_bin("initdb"), "-D", str(folder), "-U", USER, "--auth=scram-sha-256",
+                   f"--pwfile={pwfile}", "-E", "UTF8", "--no-instructions"]  # fmt: skip
+        result = subprocess.run(_as_owner(command), capture_output=True, text=True)
     finally:
-        os.unlink(pwfile.name)
+        shutil.rmtree(pwdir, ignore_errors=True)
     if result.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
         raise UsageError(f"initdb failed in {folder}: {result.stderr.strip().splitlines()[-1:]}")

@@ -9,10 +9,12 @@ SIGTERM, as ``make stack-down`` sends it, and every process it started must be g
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,11 +99,17 @@ def stop_stack(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    process, running = start_stack(tmp_path_factory.mktemp("stack"), "--crash-after", "60")
+    # PostgreSQL runs as the postgres user, who cannot enter pytest's private temporary folders.
+    folder = Path(tempfile.mkdtemp(prefix="digideep-stack-test-"))
+    folder.chmod(0o755)
     try:
-        yield running
+        process, running = start_stack(folder, "--crash-after", "60")
+        try:
+            yield running
+        finally:
+            stop_stack(process)
     finally:
-        stop_stack(process)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Host:
