@@ -363,7 +363,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
         with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
             return func(args)
     except UsageError as error:
-        print(f"digideep: error: {error}", file=sys.stderr)
+        print(f"digideep: error: {_refused_credentials(error) or error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("digideep: interrupted", file=sys.stderr)
@@ -380,8 +380,8 @@ def _refused_credentials(error: BaseException) -> str | None:
     """One line for a server that answered 401 (a wrong password), or None for any other error.
 
     Prefect's client raises ``httpx.HTTPStatusError`` with the response; MLflow's raises
-    ``MlflowException`` whose message carries the status. Causes and contexts are followed, since
-    a flow run wraps the error it met.
+    ``MlflowException`` whose message carries the status (the tracker's own one-line UsageError
+    quotes it). Causes and contexts are followed, since a flow run wraps the error it met.
     """
     import httpx  # Prefect's HTTP client (installed with prefect and mlflow)
 
@@ -391,7 +391,7 @@ def _refused_credentials(error: BaseException) -> str | None:
         if isinstance(error, httpx.HTTPStatusError) and error.response.status_code == 401:
             url = os.environ.get("PREFECT_API_URL", "the Prefect server")
             return f"the Prefect server at {url} refused the credentials (401); check PREFECT_API_AUTH_STRING"
-        if type(error).__name__ == "MlflowException" and "error code 401" in str(error):
+        if "MlflowException" in f"{type(error).__name__} {error}" and "error code 401" in str(error):
             url = os.environ.get("MLFLOW_TRACKING_URI", "the MLflow server")
             return (
                 f"the MLflow server at {url} refused the credentials (401); "

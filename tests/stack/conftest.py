@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -38,8 +38,8 @@ def free_port() -> int:
 class RunningStack:
     folder: Path
     lines: list[str]
-    secrets: dict[str, str]
-    client_env: dict[str, str]  # what a worker or a user's shell sets (secrets included)
+    secrets: dict[str, str] = field(repr=False)  # kept out of pytest's failure reports
+    client_env: dict[str, str] = field(repr=False)  # what a worker or a user's shell sets (secrets included)
 
     @property
     def logs(self) -> Path:

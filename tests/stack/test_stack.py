@@ -65,7 +65,8 @@ def test_every_server_answers_with_auth_and_refuses_a_wrong_password(stack: Runn
 @pytest.mark.parametrize(
     ("variable", "command", "server"),
     [
-        ("MLFLOW_TRACKING_PASSWORD", ["runs"], "MLflow"),
+        ("MLFLOW_TRACKING_PASSWORD", ["train", "--no-prefect", "--params", "params.pendulum_sac", "--cpanel",
+                                      json.dumps(TINY)], "MLflow"),
         ("PREFECT_API_AUTH_STRING", ["train", "--params", "params.pendulum_sac", "--cpanel", json.dumps(TINY)],
          "Prefect"),
     ],
@@ -75,12 +76,14 @@ def test_a_wrong_password_gets_one_line_from_the_cli(
 ):
     env = {**os.environ, **stack.client_env, "PYTHONPATH": str(REPO), variable: "digideep:wrong"}
     result = subprocess.run(
-        [sys.executable, "-m", "digideep.main", *command, *(["--session-path", str(tmp_path)] if command[0] == "train" else [])],
+        [sys.executable, "-c", "from digideep.main import cli; raise SystemExit(cli())", *command, *(["--session-path", str(tmp_path)] if command[0] == "train" else [])],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("digideep: error:")]
-    assert len(errors) == 1 and f"the {server} server" in errors[0] and "401" in errors[0]
+    assert len(errors) == 1 and f"the {server} server" in errors[0] and "401" in errors[0], result.stderr[
+        -2000:
+    ]
     assert "Traceback" not in result.stderr
     assert "wrong" not in errors[0]
 
