@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install train test test-slow lint format docs prefect-up mlflow-ui clean-data
+.PHONY: install train test test-slow lint format docs prefect-up stack-up stack-down mlflow-ui clean-data
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,14 @@ docs: install ## build the developer guide and API reference into site/ (warning
 	$(BIN)/mkdocs build --strict --site-dir site
 
 prefect-up: install ## start a Prefect server (127.0.0.1:4200) and a worker, deploy prefect.yaml; Ctrl-C stops
-	$(BIN)/python -m flows.local_stack up --port $(or $(PREFECT_PORT),4200)
+	$(BIN)/python -m digideep_stack.local_stack up --port $(or $(PREFECT_PORT),4200)
+
+STACK_ARGS ?=
+stack-up: install ## the production stack: PostgreSQL, Prefect and MLflow servers with auth, S3, WORKERS=N workers; Ctrl-C stops
+	$(BIN)/python -m digideep_stack up --workers $(or $(WORKERS),1) $(STACK_ARGS)
+
+stack-down: ## stop a stack started by make stack-up (in another shell or in the background)
+	$(BIN)/python -m digideep_stack down
 
 mlflow-ui: install ## start the MLflow UI on 127.0.0.1:5000 over data/mlflow.db
 	$(BIN)/digideep runs ui --port $(or $(MLFLOW_PORT),5000)

@@ -406,11 +406,42 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
         with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
             return func(args)
     except UsageError as error:
-        print(f"digideep: error: {error}", file=sys.stderr)
+        print(f"digideep: error: {_refused_credentials(error) or error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("digideep: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        refused = _refused_credentials(error)
+        if refused is None:
+            raise
+        print(f"digideep: error: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _refused_credentials(error: BaseException) -> str | None:
+    """One line for a server that answered 401 (a wrong password), or None for any other error.
+
+    Prefect's client raises ``httpx.HTTPStatusError`` with the response; MLflow's raises
+    ``MlflowException`` whose message carries the status (the tracker's own one-line UsageError
+    quotes it). Causes and contexts are followed, since a flow run wraps the error it met.
+    """
+    import httpx  # Prefect's HTTP client (installed with prefect and mlflow)
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, httpx.HTTPStatusError) and error.response.status_code == 401:
+            url = os.environ.get("PREFECT_API_URL", "the Prefect server")
+            return f"the Prefect server at {url} refused the credentials (401); check PREFECT_API_AUTH_STRING"
+        if "MlflowException" in f"{type(error).__name__} {error}" and "error code 401" in str(error):
+            url = os.environ.get("MLFLOW_TRACKING_URI", "the MLflow server")
+            return (
+                f"the MLflow server at {url} refused the credentials (401); "
+                "check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+            )
+        error = error.__cause__ or error.__context__
+    return None
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.local_stack import LocalStack
+from digideep_stack.local_stack import LocalStack
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -32,6 +32,8 @@ ELSEWHERE = {
     r"\.venv/bin/pytest tests/docs -q": ".ci/run",
     r"make test-slow": "tests/agents/test_learning.py::test_reaches_the_target_return",
     r"make prefect-up": "tests/flows/test_train_flow.py::stack",
+    r"make stack-(up|down)": "tests/stack/conftest.py::stack",
+    r"set -a; \. \./\.env; \. data/stack/client\.env; set \+a": "tests/stack/conftest.py::start_stack",
     r"export PREFECT_API_URL=": "tests/flows/test_train_flow.py::stack",
     r"\.venv/bin/prefect (server start|work-pool create|deploy --all|worker start)": "tests/flows/test_train_flow.py::stack",
     r"\.venv/bin/prefect deployment run 'train/": "tests/flows/test_train_flow.py::test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one",

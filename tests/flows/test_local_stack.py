@@ -1,6 +1,6 @@
 """Servers digideep starts stop with it, whole trees included, and a taken port is refused in one line.
 
-Real processes throughout: ``python -m flows.local_stack up`` (a Prefect server, a deployment run
+Real processes throughout: ``python -m digideep_stack.local_stack up`` (a Prefect server, a deployment run
 and a worker) and ``digideep runs ui`` (``mlflow ui`` and its uvicorn worker) are started, sent
 SIGTERM or SIGHUP, and every process they had started must be gone afterwards.
 """
@@ -69,7 +69,7 @@ def stop_and_check_tree(process: subprocess.Popen, signum: int) -> None:
 def test_sigterm_to_local_stack_stops_server_worker_and_their_children(tmp_path):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "flows.local_stack", "up", "--port", str(port)],
+        [sys.executable, "-m", "digideep_stack.local_stack", "up", "--port", str(port)],
         cwd=REPO,
         env=environment(tmp_path),
         stdout=subprocess.PIPE,
@@ -117,7 +117,7 @@ def test_sighup_to_runs_ui_stops_mlflow_ui_and_its_workers(tmp_path):
 @pytest.mark.parametrize(
     ("command", "prefix", "what"),
     [
-        (["-m", "flows.local_stack", "up", "--port"], "local_stack: error: ", "the Prefect server"),
+        (["-m", "digideep_stack.local_stack", "up", "--port"], "local_stack: error: ", "the Prefect server"),
         (["-c", "import sys; from digideep.main import cli; sys.exit(cli())", "runs", "ui", "--port"], "digideep: error: ", "the MLflow UI"),
     ],
 )  # fmt: skip

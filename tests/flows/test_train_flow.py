@@ -17,7 +17,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from flows.local_stack import LocalStack
+from digideep_stack.local_stack import LocalStack
 from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import final_state, run, train_command
 

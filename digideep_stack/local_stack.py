@@ -1,6 +1,6 @@
 """A Prefect server and a process worker on one machine, bound to 127.0.0.1.
 
-``python -m flows.local_stack up`` (``make prefect-up``) starts the server, creates the process work
+``python -m digideep_stack.local_stack up`` (``make prefect-up``) starts the server, creates the process work
 pool, deploys everything in ``prefect.yaml`` and runs a worker until Ctrl-C, SIGTERM or SIGHUP, which
 stop the server, the worker and everything they started (:mod:`digideep.utility.processes`). A port
 taken by a server left running is refused in one line. The tests start the same stack through
