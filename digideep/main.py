@@ -111,7 +111,16 @@ def _setup_logging(level: str) -> None:
         handler._digideep_console = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "alembic", "urllib3", "git"):  # request-level chatter of libraries
+    for noisy in (
+        "httpx",
+        "httpcore",
+        "alembic",
+        "urllib3",
+        "git",
+        "botocore",
+        "aiobotocore",
+        "s3fs",
+    ):  # request-level chatter of libraries
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
