@@ -1,7 +1,8 @@
 """What a checkpoint and a resume cost a SAC HalfCheetah run with 100,000 transitions in memory.
 
-    .venv/bin/python bench/bench_checkpoint.py            # default: ~1.5 minutes
-    .venv/bin/python bench/bench_checkpoint.py --quick    # ~40 s
+    .venv/bin/python bench/bench_checkpoint.py            # local disk and S3 (moto on 127.0.0.1)
+    .venv/bin/python bench/bench_checkpoint.py --quick    # ~2 minutes on a busy 2-core machine
+    .venv/bin/python bench/bench_checkpoint.py --no-s3    # local disk only
 
 Setup: ``params/mujoco_sac.py`` (HalfCheetah-v5, shipped replay capacity 1,000,001 rows, shipped
 ``n_steps`` 1000 and ``updates_per_iteration`` 1000) with the cpanel override ``learning_starts``
@@ -42,6 +43,26 @@ Measured on the shared 2-core development machine (other jobs kept both cores bu
     states.pt 3.3 MB, runner.json 2.2 kB, memory folder 27-29 MB (20.8 MB of rows)
 
 Goal met by two orders of magnitude: a checkpoint costs < 1 % of an iteration, a resume < 3 %.
+
+**S3 against local disk.** Each measurement above runs twice in one process: sessions in a local
+folder, then under ``s3://<bucket>/sessions`` on a moto server on 127.0.0.1 (``tests/s3.py``). The
+iteration baseline is the median over both. A checkpoint now writes its files in place and commits
+with ``commit.json`` (``write`` includes it); ``upload`` is the URL session's journal and log. Until
+the Zarr memory is given the session's URL (the memsplit work), an S3 session's memory is flushed to
+its local working folder, so ``flush`` and the resume's ``memory`` are local-disk figures on both.
+``--quick``, same shared 2-core machine (AVX512), iteration 24.9 s (busy cores: 18.8-29.6 s):
+
+    local disk   checkpoint (a) 0.147 s   0.6 %   flush 0.093, write 0.034
+                 checkpoint (b) 0.216 s   0.9 %   flush 0.113, write 0.065
+                 resume         0.831 s   3.3 %   memory 0.686
+    S3 (moto)    checkpoint (a) 0.457 s   1.8 %   flush 0.138, write 0.227, upload 0.030
+                 checkpoint (b) 0.449 s   1.8 %   flush 0.116, write 0.217, upload 0.032
+                 resume         0.995 s   4.0 %   read 0.175 (3.3 MB states.pt), session open ~0.6
+    S3 / local: checkpoint 3.1 x (a), 2.1 x (b); resume 1.2 x
+
+The issue's goal, a checkpoint to S3 <= 5 % of an iteration, is met (1.8 %) for the checkpoint
+files; it has to be measured again once the memory flushes to S3. Resume of 1M transitions from S3
+(goal <= 10 s) is not measured here: 100k rows, and the memory is local.
 """
 
 from __future__ import annotations
@@ -292,7 +313,13 @@ def main() -> None:
     started = time.perf_counter()
     import torch
 
-    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}")
+    flags = (
+        Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
+        if Path("/proc/cpuinfo").exists()
+        else []
+    )
+    shown = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}; cpu flags: {' '.join(shown)}")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp, contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.chdir(tmp))  # URL sessions keep their working folder in ./data/cache
