@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import boto3
 
@@ -28,12 +30,13 @@ def test_the_scaling_out_commands_train_and_resume_in_a_bucket(tmp_path, s3_env,
     assert [c.split()[1] for c in commands] == ["train", "resume"]
     exported = next(c for f, c in shown_commands() if f == "README.md" and c.startswith("export AWS_"))
     assert {pair.split("=")[0] for pair in exported.split()[1:]} <= set(s3_env)
-    for name in ("params", "flows", ".venv"):
+    for name in ("params", "flows"):
         (tmp_path / name).symlink_to(REPO / name)
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])  # the venv running the tests
     env = {
         **os.environ,
         **s3_env,
-        "PYTHONPATH": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),  # this checkout's digideep
         "MLFLOW_TRACKING_URI": mlflow_uri,
         "DIGIDEEP_MAX_ITERATIONS": "2",
         "PREFECT_HOME": str(tmp_path / "prefect"),
