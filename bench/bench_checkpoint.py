@@ -1,7 +1,8 @@
 """What a checkpoint and a resume cost a SAC HalfCheetah run with 100,000 transitions in memory.
 
-    .venv/bin/python bench/bench_checkpoint.py            # default: ~1.5 minutes
-    .venv/bin/python bench/bench_checkpoint.py --quick    # ~40 s
+    .venv/bin/python bench/bench_checkpoint.py            # local disk and S3 (moto on 127.0.0.1)
+    .venv/bin/python bench/bench_checkpoint.py --quick    # ~2 minutes on a busy 2-core machine
+    .venv/bin/python bench/bench_checkpoint.py --no-s3    # local disk only
 
 Setup: ``params/mujoco_sac.py`` (HalfCheetah-v5, shipped replay capacity 1,000,001 rows, shipped
 ``n_steps`` 1000 and ``updates_per_iteration`` 1000) with the cpanel override ``learning_starts``
@@ -42,6 +43,26 @@ Measured on the shared 2-core development machine (other jobs kept both cores bu
     states.pt 3.3 MB, runner.json 2.2 kB, memory folder 27-29 MB (20.8 MB of rows)
 
 Goal met by two orders of magnitude: a checkpoint costs < 1 % of an iteration, a resume < 3 %.
+
+**S3 against local disk.** Each measurement above runs twice in one process: sessions in a local
+folder, then under ``s3://<bucket>/sessions`` on a moto server on 127.0.0.1 (``tests/s3.py``). The
+iteration baseline is the median over both. A checkpoint now writes its files in place and commits
+with ``commit.json`` (``write`` includes it); ``upload`` is the URL session's journal and log. Until
+the Zarr memory is given the session's URL (the memsplit work), an S3 session's memory is flushed to
+its local working folder, so ``flush`` and the resume's ``memory`` are local-disk figures on both.
+``--quick``, same shared 2-core machine (AVX512), iteration 24.9 s (busy cores: 18.8-29.6 s):
+
+    local disk   checkpoint (a) 0.147 s   0.6 %   flush 0.093, write 0.034
+                 checkpoint (b) 0.216 s   0.9 %   flush 0.113, write 0.065
+                 resume         0.831 s   3.3 %   memory 0.686
+    S3 (moto)    checkpoint (a) 0.457 s   1.8 %   flush 0.138, write 0.227, upload 0.030
+                 checkpoint (b) 0.449 s   1.8 %   flush 0.116, write 0.217, upload 0.032
+                 resume         0.995 s   4.0 %   read 0.175 (3.3 MB states.pt), session open ~0.6
+    S3 / local: checkpoint 3.1 x (a), 2.1 x (b); resume 1.2 x
+
+The issue's goal, a checkpoint to S3 <= 5 % of an iteration, is met (1.8 %) for the checkpoint
+files; it has to be measured again once the memory flushes to S3. Resume of 1M transitions from S3
+(goal <= 10 s) is not measured here: 100k rows, and the memory is local.
 """
 
 from __future__ import annotations
@@ -59,6 +80,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if __package__ in (None, ""):  # run as a script: the repository (digideep, tests.s3) is importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from digideep.pipeline import components
 from digideep.pipeline import runner as runner_module
@@ -112,7 +136,8 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
             stack.enter_context(patched(memory, "flush", parts, "flush"))
         stack.enter_context(patched(runner, "state_dict", parts, "collect"))
         stack.enter_context(patched(runner, "runner_info", parts, "collect"))
-        stack.enter_context(patched(runner_module, "save_checkpoint", parts, "write"))
+        stack.enter_context(patched(runner_module, "write_checkpoint", parts, "write"))
+        stack.enter_context(patched(runner.session, "upload", parts, "upload"))
         stack.enter_context(patched(runner_module, "apply_retention", parts, "retention"))
         start = time.perf_counter()
         runner.checkpoint()
@@ -120,7 +145,7 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
     return total, parts.seconds
 
 
-def timed_resume(root: Path, name: str) -> tuple[float, dict[str, float], Runner, Session]:
+def timed_resume(root: Path | str, name: str) -> tuple[float, dict[str, float], Runner, Session]:
     """Reopen session ``name`` and rebuild its Runner from the newest checkpoint, timed."""
     parts = Parts()
     with contextlib.ExitStack() as stack:
@@ -147,7 +172,7 @@ def timed_iteration(runner: Runner) -> tuple[float, dict[str, float]]:
 
 
 # -- the run ----------------------------------------------------------------------------------------
-def new_runner(root: Path, name: str) -> tuple[Runner, Session]:
+def new_runner(root: Path | str, name: str) -> tuple[Runner, Session]:
     resolved = resolve_params(PARAMS, None, dict(CPANEL))
     params = resolved.params
     params["tracking"] = {"enabled": False}
@@ -215,84 +240,135 @@ def parts_detail(parts: list[dict[str, float]], names: tuple[str, ...]) -> str:
     return ", ".join(shown)
 
 
+def measure(root: Path | str, rounds_a: int, iterations: int, resumes: int, rng: np.random.Generator) -> dict:
+    """Checkpoints (a) and (b), iterations and resumes of sessions under ``root`` (a folder or a URL)."""
+    found: dict[str, Any] = {"a": [], "b": [], "iteration": [], "resume": []}
+    for round_ in range(rounds_a):
+        runner, session = new_runner(root, f"round-{round_}")
+        try:
+            fill_start = time.perf_counter()
+            layout = fill_memory(runner, rng)
+            fill_seconds = time.perf_counter() - fill_start
+            memory = runner.memories["train"]
+            if round_ == 0:
+                found["header"] = (
+                    f"{PARAMS} cpanel {CPANEL}: capacity {memory.capacity:,} rows, "
+                    f"n_steps {runner.explorers['train'].n_steps}, "
+                    f"updates_per_iteration {runner.agents['agent'].updates_per_iteration}\n"
+                    f"memory filled to {memory.size:,} transitions in {fill_seconds:.1f} s: 1 explored "
+                    f"chunk + {memory.size // 1000 - 1} SYNTHETIC chunks in the explored chunk's format:\n"
+                    + "\n".join(f"    {key:<32} {shape} {dtype}" for key, (shape, dtype) in layout.items())
+                )
+            found["a"].append(timed_checkpoint(runner))
+            if round_ == 0:
+                for _ in range(iterations):
+                    found["iteration"].append(timed_iteration(runner))
+                    found["b"].append(timed_checkpoint(runner))
+                newest = latest_checkpoint(session.checkpoints_location)
+                found["sizes"] = {
+                    "states.pt": (newest.location / "states.pt").size(),
+                    "runner.json": (newest.location / "runner.json").size(),
+                    "memory folder": folder_bytes(session.path / "memory"),
+                }
+                rows_held = memory.size
+        finally:
+            runner.close()
+            session.close()
+        if round_ == 0:
+            for _ in range(resumes):
+                total, parts, resumed, resumed_session = timed_resume(root, "round-0")
+                try:
+                    if resumed.memories["train"].size != rows_held:
+                        print(f"  WARNING: resumed memory holds {resumed.memories['train'].size} rows")
+                    found["resume"].append((total, parts))
+                finally:
+                    resumed.close()
+                    resumed_session.close()
+    return found
+
+
+def report(name: str, found: dict, base: float) -> None:
+    print(
+        f"\n{name}: medians over rounds on a shared machine (best in brackets); ratios against the iteration:"
+    )
+    line("checkpoint (a): 100k rows dirty", [t for t, _ in found["a"]], base)
+    names = ("flush", "collect", "write", "upload", "retention")
+    print(f"      parts: {parts_detail([p for _, p in found['a']], names)}")
+    line("checkpoint (b): 1 iteration dirty", [t for t, _ in found["b"]], base)
+    print(f"      parts: {parts_detail([p for _, p in found['b']], names)}")
+    line("resume (incl. memory load)", [t for t, _ in found["resume"]], base)
+    parts_r = [dict(p, rest=t - sum(p.values())) for t, p in found["resume"]]
+    print(f"      parts: {parts_detail(parts_r, ('read', 'build', 'memory', 'rest'))}")
+    print("  sizes: " + ", ".join(f"{k} {v / 1e3:,.1f} kB" for k, v in found["sizes"].items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (~40 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--no-s3", action="store_true", help="local disk only (no moto server)")
     args = parser.parse_args()
-    rounds_a, iterations, resumes = (1, 3, 3) if args.quick else (4, 8, 5)
+    rounds_a, iterations, resumes = (1, 2, 2) if args.quick else (3, 5, 4)
     logging.basicConfig(level=logging.WARNING)
     rng = np.random.default_rng(0)
-    checkpoint_a: list[tuple[float, dict[str, float]]] = []
-    checkpoint_b: list[tuple[float, dict[str, float]]] = []
-    iteration: list[tuple[float, dict[str, float]]] = []
-    resume: list[tuple[float, dict[str, float]]] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp:
-        root = Path(tmp)
-        for round_ in range(rounds_a):
-            runner, session = new_runner(root, f"round-{round_}")
-            try:
-                fill_start = time.perf_counter()
-                layout = fill_memory(runner, rng)
-                fill_seconds = time.perf_counter() - fill_start
-                memory = runner.memories["train"]
-                if round_ == 0:
-                    print(
-                        f"{PARAMS} cpanel {CPANEL}: capacity {memory.capacity:,} rows, "
-                        f"n_steps {runner.explorers['train'].n_steps}, "
-                        f"updates_per_iteration {runner.agents['agent'].updates_per_iteration}"
-                    )
-                    print(
-                        f"memory filled to {memory.size:,} transitions in {fill_seconds:.1f} s: 1 explored "
-                        f"chunk + {memory.size // 1000 - 1} SYNTHETIC chunks in the explored chunk's format:"
-                    )
-                    for key, (shape, dtype) in layout.items():
-                        print(f"    {key:<32} {shape} {dtype}")
-                checkpoint_a.append(timed_checkpoint(runner))
-                if round_ == 0:
-                    for _ in range(iterations):
-                        iteration.append(timed_iteration(runner))
-                        checkpoint_b.append(timed_checkpoint(runner))
-                    newest = latest_checkpoint(session.checkpoints_path)
-                    sizes = {
-                        "states.pt": (newest.path / "states.pt").stat().st_size,
-                        "runner.json": (newest.path / "runner.json").stat().st_size,
-                        "memory folder": folder_bytes(session.path / "memory"),
-                    }
-                    rows_held = memory.size
-            finally:
-                runner.close()
-                session.close()
-            if round_ == 0:
-                for _ in range(resumes):
-                    total, parts, resumed, resumed_session = timed_resume(root, "round-0")
-                    try:
-                        if resumed.memories["train"].size != rows_held:
-                            print(f"  WARNING: resumed memory holds {resumed.memories['train'].size} rows")
-                        resume.append((total, parts))
-                    finally:
-                        resumed.close()
-                        resumed_session.close()
+    import torch
 
+    flags = (
+        Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
+        if Path("/proc/cpuinfo").exists()
+        else []
+    )
+    shown = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}; cpu flags: {' '.join(shown)}")
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp, contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.chdir(tmp))  # URL sessions keep their working folder in ./data/cache
+        results["local disk"] = measure(Path(tmp) / "sessions", rounds_a, iterations, resumes, rng)
+        if not args.no_s3:
+            s3_root = stack.enter_context(s3_sessions(Path(tmp)))
+            results["S3 (moto on 127.0.0.1)"] = measure(s3_root, rounds_a, iterations, resumes, rng)
+    print(results["local disk"]["header"])
+    iteration = [entry for found in results.values() for entry in found["iteration"]]
     base = statistics.median(t for t, _ in iteration)
-    print("\nmedians over rounds on a shared machine (best in brackets); ratios against the iteration:")
-    line("iteration (baseline)", [t for t, _ in iteration], None)
-    stage_parts = [s for _, s in iteration]
-    print(f"      stages: {parts_detail(stage_parts, runner_module.ITERATION_STAGES)}")
-    line("checkpoint (a): 100k rows dirty", [t for t, _ in checkpoint_a], base)
-    parts_a = [p for _, p in checkpoint_a]
-    print(f"      parts: {parts_detail(parts_a, ('flush', 'collect', 'write', 'retention'))}")
-    line("checkpoint (b): 1 iteration dirty", [t for t, _ in checkpoint_b], base)
-    parts_b = [p for _, p in checkpoint_b]
-    print(f"      parts: {parts_detail(parts_b, ('flush', 'collect', 'write', 'retention'))}")
-    line("resume (incl. memory load)", [t for t, _ in resume], base)
-    parts_r = [dict(p, rest=t - sum(p.values())) for t, p in resume]
-    print(f"      parts: {parts_detail(parts_r, ('read', 'build', 'memory', 'rest'))}")
-    print("  sizes: " + ", ".join(f"{k} {v / 1e3:,.1f} kB" for k, v in sizes.items()))
-    worst = max(statistics.median(t for t, _ in checkpoint_a), statistics.median(t for t, _ in checkpoint_b))
-    verdict = "met" if worst < base else "MISSED"
-    print(f"goal 'a save stalls training for less than one iteration': {verdict} ({worst / base:.3f} x)")
+    print()
+    line("iteration (baseline, both backends)", [t for t, _ in iteration], None)
+    print(f"      stages: {parts_detail([s for _, s in iteration], runner_module.ITERATION_STAGES)}")
+    for name, found in results.items():
+        report(name, found, base)
+    if len(results) == 2:
+        local, s3 = results.values()
+        print("\nS3 / local disk (medians):")
+        for key, label in (("a", "checkpoint (a)"), ("b", "checkpoint (b)"), ("resume", "resume")):
+            ratio = statistics.median(t for t, _ in s3[key]) / statistics.median(t for t, _ in local[key])
+            print(f"  {label:<16} {ratio:6.2f} x")
+        worst = statistics.median(t for t, _ in s3["b"]) / base
+        print(
+            f"goal 'a checkpoint to S3 costs <= 5 % of an iteration': {'met' if worst <= 0.05 else 'MISSED'} "
+            f"({100 * worst:.2f} %)"
+        )
     print(f"total bench time {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def s3_sessions(tmp: Path) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with a bucket; yields the sessions URL, the environment set."""
+    import os
+
+    from tests.s3 import moto_server
+
+    servers = moto_server(tmp / "moto.log")
+    server = next(servers)
+    saved = {key: os.environ.get(key) for key in server.env}
+    os.environ.update(server.env)
+    try:
+        yield f"s3://{server.make_bucket('bench')}/sessions"
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        next(servers, None)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ checkpoint every epoch, a replay ring of 70 frames that wraps), real subprocesse
 index says, resumed (``--resume``) until it finishes, and compared:
 
 * ``random``: SIGKILL at a random moment: up to 1.5 s after a random journal record (iterations);
-* ``checkpoint``: SIGKILL as soon as a checkpoint is being written (``checkpoints/.tmp-checkpoint-staging``), or
+* ``checkpoint``: SIGKILL as soon as a checkpoint is being written (its folder holds the ``.saving`` mark but no commit record yet), or
   right after one committed, the first, second or third of them;
 * ``journal``: SIGKILL right after the metrics journal grew (a log or a checkpoint's record, while
   the tracker's thread sends and flushes);
@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
+from digideep.pipeline.checkpoint import COMMIT_FILE, SAVING_MARK  # noqa: E402
 from tests.helpers import assert_same_tensors  # noqa: E402
 from tests.pipeline.test_resume import (  # noqa: E402
     SMALL_SAC,
@@ -98,8 +99,8 @@ def faulted_run(
         staging = rng.random() < 0.5
 
         def condition() -> bool:
-            done = len(list(checkpoints.glob("checkpoint-*"))) if checkpoints.is_dir() else 0
-            writing = staging and any((checkpoints / ".tmp-checkpoint-staging").glob("*"))
+            done = len(list(checkpoints.glob(f"checkpoint-*/{COMMIT_FILE}")))
+            writing = staging and any(checkpoints.glob(f"checkpoint-*/{SAVING_MARK}"))
             return done >= nth or (done == nth - 1 and writing)
 
         where = f"checkpoint {nth} ({'while written' if staging else 'committed'})"

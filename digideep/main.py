@@ -38,6 +38,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.utility.location import Location, is_url
 from digideep.utility.progress import console_handler
 
 __all__ = ["cli", "main"]
@@ -84,7 +85,8 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "--session-path",
         metavar="PATH",
         default=str(DEFAULT_ROOT),
-        help=f"folder holding sessions (default: {DEFAULT_ROOT})",
+        help=f"folder holding sessions (default: {DEFAULT_ROOT}), or a URL such as s3://bucket/sessions "
+        "(credentials and endpoint from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)",
     )
     parser.add_argument(
         "--log-level",
@@ -112,7 +114,16 @@ def _setup_logging(level: str) -> None:
         handler._digideep_console = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "alembic", "urllib3", "git"):  # request-level chatter of libraries
+    for noisy in (
+        "httpx",
+        "httpcore",
+        "alembic",
+        "urllib3",
+        "git",
+        "botocore",
+        "aiobotocore",
+        "s3fs",
+    ):  # request-level chatter of libraries
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
@@ -120,9 +131,11 @@ def _setup_logging(level: str) -> None:
 def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
     resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
-    if args.session_name and (Path(args.session_path) / args.session_name).exists():
+    root = Location(args.session_path)
+    root.check()  # a URL: the store answers and the bucket exists (seconds), before anything is written
+    if args.session_name and _session_exists(root, args.session_name):
         raise UsageError(
-            f"session '{Path(args.session_path) / args.session_name}' already exists; "
+            f"session '{(root / args.session_name).url}' already exists; "
             "resume it with 'digideep resume' or choose another --session-name"
         )
     if args.dry_run:
@@ -183,8 +196,17 @@ def command_resume(args: argparse.Namespace) -> int:
     return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
 
+def _session_exists(root: Location, name: str) -> bool:
+    """Whether session ``name`` exists under ``root`` (any file under its prefix, on object storage)."""
+    session = root / name
+    return session.exists() if session.is_local else session.is_dir()
+
+
 def _split_session(session: str, session_path: str) -> tuple[str, str]:
-    """Accept a session name (under ``session_path``) or a path to the session folder."""
+    """Accept a session name (under ``session_path``), a path to the session folder or its URL."""
+    if is_url(session):
+        root, _, name = session.rstrip("/").rpartition("/")
+        return root, name
     path = Path(session)
     if path.is_dir() and (path / "params.json").exists():
         return str(path.parent), path.name

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.deployments import run_deployment
 from prefect.flow_runs import wait_for_flow_run
 from prefect.utilities.asyncutils import run_coro_as_sync
+
+from digideep.utility.location import Location
 
 
 def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> list[dict[str, Any]]:
@@ -69,7 +70,8 @@ def sweep(
         grid: cpanel key -> values to try.
         seeds: seeds to run for every grid point.
         base_cpanel: cpanel overrides shared by every run (the grid's values win).
-        session_path: where the train runs keep their sessions (passed to them, and read back).
+        session_path: where the train runs keep their sessions (passed to them, and read back): a
+            folder every worker mounts, or a URL such as ``s3://bucket/sessions``.
         poll_seconds: unused: the sweep now waits on the server's events (kept so that deployments
             and scripts that pass it still validate).
     """
@@ -89,7 +91,7 @@ def sweep(
             "flow_run_id": str(flow_run_id),
             "state": states[flow_run_id],
         }
-        row.update(_session_result(Path(session_path), str(flow_run_id)))
+        row.update(_session_result(Location(session_path), str(flow_run_id)))
         rows.append(row)
     logger.info("sweep of %d runs:\n%s", len(rows), summary_table(rows))
     return rows
@@ -103,12 +105,17 @@ def _wait(runs: list[tuple[dict[str, Any], Any]]) -> dict[Any, str]:
     }
 
 
-def _session_result(root: Path, flow_run_id: str) -> dict[str, Any]:
+def _session_result(root: Location, flow_run_id: str) -> dict[str, Any]:
     """Frames and best test return from the session of a train flow run (found by its flow-run id)."""
-    for info_file in root.glob("*/session.json"):
-        info = json.loads(info_file.read_text())
+    for session in root.children():
+        try:
+            info = (session / "session.json").read_json()
+        except (FileNotFoundError, NotADirectoryError, ValueError):
+            continue
         if info.get("prefect_flow_run_id") == flow_run_id:
-            done = info_file.parent / "done.json"
-            result = json.loads(done.read_text()) if done.exists() else {}
-            return {"session": info_file.parent.name, **result}
+            try:
+                result = (session / "done.json").read_json()
+            except FileNotFoundError:
+                result = {}
+            return {"session": session.name, **result}
     return {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -28,6 +27,7 @@ from digideep.pipeline.runner import ITERATION_STAGES, Runner
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.training import close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, trial_tags
+from digideep.utility.location import Location
 
 _RUNNERS: dict[str, Runner] = {}
 """Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
@@ -150,7 +150,9 @@ def train(
         params: parameter module, e.g. ``params.pendulum_sac``.
         cpanel: cpanel overrides, e.g. ``{"seed": 1}``.
         session_name: session to create (or, with ``resume``, to continue); default from the flow run.
-        session_path: folder holding sessions.
+        session_path: folder holding sessions, or a URL such as ``s3://bucket/sessions`` (credentials
+            and endpoint from the worker's environment: ``AWS_*``, ``AWS_ENDPOINT_URL``); a retry on
+            any worker then resumes from the bucket.
         resume: continue ``session_name`` from its newest checkpoint.
         tasks: ``"stage"``: a task per stage (explore, store, sample, update, ...), the default;
             ``"iteration"``: one task per iteration, four times fewer task runs, for short
@@ -169,10 +171,12 @@ def train(
     run_id = flow_run_runtime.id
     name = session_name_for(run_id, flow_run_runtime.name, session_name)
     retried = (flow_run_runtime.run_count or 1) > 1
-    existing = name is not None and (Path(session_path) / name / "params.json").is_file()
+    root = Location(session_path)
+    root.check()  # a URL's store answers (seconds) before anything is written
+    existing = name is not None and (root / name / "params.json").exists()
     if retried and not existing:
         raise UsageError(
-            f"flow run {run_id} is a retry but its session '{Path(session_path) / str(name)}' is gone; "
+            f"flow run {run_id} is a retry but its session '{(root / str(name)).url}' is gone; "
             "start a new run instead"
         )
     tags = {
@@ -194,7 +198,7 @@ def train(
         logger.info("session %s already finished; nothing to do", name)
         return {"session": name, "stopped": "already finished"}
     handle.session.update_info(prefect_flow_run_id=str(run_id or ""))
-    key = str(run_id or handle.session.path)
+    key = str(run_id or handle.session.url)
     _RUNNERS[key] = runner = handle.runner
     runner.trial = reporter
     if handle.resumed_from:
@@ -217,7 +221,7 @@ def train(
     finally:
         _RUNNERS.pop(key, None)
     return {
-        "session": str(handle.session.path),
+        "session": handle.session.url,
         "stopped": reason,
         "iterations": runner.counters.iteration,
         "frames": runner.counters.frames,
@@ -230,10 +234,18 @@ def _main() -> None:
     parser.add_argument("--params", default="params.pendulum_sac")
     parser.add_argument("--cpanel", default="{}")
     parser.add_argument("--session-name")
+    parser.add_argument("--session-path", default=str(DEFAULT_ROOT), help="a folder or a URL (s3://...)")
     args = parser.parse_args()
     from digideep.pipeline.params import parse_cpanel
 
-    print(train(params=args.params, cpanel=parse_cpanel(args.cpanel), session_name=args.session_name))
+    print(
+        train(
+            params=args.params,
+            cpanel=parse_cpanel(args.cpanel),
+            session_name=args.session_name,
+            session_path=args.session_path,
+        )
+    )
 
 
 if __name__ == "__main__":

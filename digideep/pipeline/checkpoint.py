@@ -10,21 +10,31 @@ A checkpoint is the folder ``<session>/checkpoints/checkpoint-<iteration>/``:
   ``weights_only=True``. Networks and optimizer states reach their device through
   ``load_state_dict``, so a checkpoint written on a GPU loads on a CPU-only machine and the reverse.
 
-Both files are written into a hidden temporary folder in ``checkpoints/``, flushed to disk and the
-folder is renamed into place, so a checkpoint folder either is complete or does not exist; a crash
-mid-save leaves only a ``.tmp-*`` folder that the next save removes. Retention keeps the newest
-``keep`` checkpoints plus the one with the best test return.
+The files are written under their final names in ``checkpoint-<iteration>/``, and then one small
+commit record, ``commit.json``, naming each file with its size and sha256, is written last (on
+local disk atomically, on an object store with one PUT). Nothing is ever renamed, so the same code
+serves local disks and object stores, which have no atomic rename. Only committed checkpoints are
+trusted: a save cut short leaves files without a record, which readers ignore and the next save
+removes; loading checks every size and hash against the record. Checkpoint folders written by
+older digideep versions (formats 1 and 2, committed by a folder rename, so without a record) load
+as before: a save of this version marks its folder with an empty ``.saving`` file before anything
+else and deletes the mark after the commit, so files without a record and without the mark are an
+older version's complete checkpoint, and files with the mark but no record are a save cut short.
+
+Retention keeps the newest ``keep`` checkpoints plus the one with the best test return; it deletes
+the others oldest first, each by its record first, so a checkpoint is committed whole or not at all
+at every moment, and never leaves zero.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
-import os
 import re
-import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +43,21 @@ import torch
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.utility.codec import decode, decode_v1, encode
-from digideep.utility.files import fsync_dir
+from digideep.utility.location import Location, location_of
 
 __all__ = [
+    "COMMIT_FILE",
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
     "Checkpoint",
+    "PendingCheckpoint",
     "apply_retention",
     "find_checkpoints",
+    "incomplete_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
+    "write_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,39 +66,88 @@ FORMAT_VERSION = 2
 """Raised whenever the layout of runner.json or states.pt changes incompatibly.
 
 1: numpy arrays tagged ``__numpy__`` by the checkpoint, environment-side states with their own tags
-and bare tensors for arrays. 2: one codec (:mod:`digideep.utility.codec`) for the whole tree.
+and bare tensors for arrays. 2: one codec (:mod:`digideep.utility.codec`) for the whole tree. The
+commit record (``commit.json``) changed neither file: older readers load committed checkpoints.
 """
 READABLE_VERSIONS = (1, 2)
 """Format versions this digideep loads (version 1 is converted on load)."""
 
 RUNNER_FILE = "runner.json"
 STATES_FILE = "states.pt"
+COMMIT_FILE = "commit.json"
+"""The commit record: ``{"iteration": N, "files": {name: {"size": bytes, "sha256": hex}}}``."""
+SAVING_MARK = ".saving"
+"""Written first by a save, deleted after its commit: tells a save cut short from an old checkpoint."""
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+
+Folder = str | Path | Location
+"""A checkpoints folder or a checkpoint: a local path, a URL or a :class:`Location`."""
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A complete checkpoint folder and its iteration number."""
+    """A committed checkpoint folder and its iteration number.
 
-    path: Path
+    ``path`` is the local :class:`~pathlib.Path` of the folder, or its URL on an object store.
+    """
+
+    location: Location
     iteration: int
 
     @property
-    def runner_file(self) -> Path:
-        return self.path / RUNNER_FILE
+    def path(self) -> Path | str:
+        return self.location.path
 
     @property
-    def states_file(self) -> Path:
-        return self.path / STATES_FILE
+    def runner_file(self) -> Path | str:
+        return (self.location / RUNNER_FILE).path
+
+    @property
+    def states_file(self) -> Path | str:
+        return (self.location / STATES_FILE).path
 
 
-def save_checkpoint(
-    folder: Path, iteration: int, runner_info: dict[str, Any], states: dict[str, Any]
-) -> Checkpoint:
-    """Write ``checkpoint-<iteration>`` atomically under ``folder`` and return it.
+@dataclass
+class PendingCheckpoint:
+    """A checkpoint whose files are written but not yet committed: :meth:`commit` makes it count."""
+
+    location: Location
+    iteration: int
+    files: dict[str, bytes] = field(repr=False)
+
+    def commit(self) -> Checkpoint:
+        """Write the commit record (last): from now on readers trust the checkpoint."""
+        record = {
+            "iteration": self.iteration,
+            "files": {
+                name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                for name, data in self.files.items()
+            },
+        }
+        (self.location / COMMIT_FILE).write_json(record)
+        self.location.sync()
+        (self.location / SAVING_MARK).delete()  # the record wins over the mark: losing this is harmless
+        return Checkpoint(self.location, self.iteration)
+
+    def write_copy(self, folder: Path) -> Path:
+        """Write the files into the local ``folder/<checkpoint name>`` (for MLflow); return it."""
+        target = folder / self.location.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in self.files.items():
+            (target / name).write_bytes(data)
+        return target
+
+
+def write_checkpoint(
+    folder: Folder, iteration: int, runner_info: dict[str, Any], states: dict[str, Any]
+) -> PendingCheckpoint:
+    """Write the files of ``checkpoint-<iteration>`` under ``folder``, uncommitted.
+
+    Leftovers of saves cut short are removed first; a committed checkpoint of the same iteration
+    (from a run that was not resumed from it) is replaced, its record deleted first.
 
     Args:
-        folder: the session's ``checkpoints/`` folder.
+        folder: the session's ``checkpoints/`` folder (a local path, a URL or a Location).
         iteration: the iteration the checkpoint was taken after.
         runner_info: JSON-serialisable description of the Runner (params, counters, classes).
         states: nested state dicts (what :func:`digideep.utility.codec.encode` accepts).
@@ -93,91 +156,145 @@ def save_checkpoint(
         TypeError: ``states`` holds a value the codec cannot save (nothing is written).
     """
     encoded = encode(states)  # an unsavable value fails here, before anything is written
-    _remove_leftovers(folder)
-    final = folder / f"checkpoint-{iteration}"
-    tmp = folder / f".tmp-checkpoint-{iteration}-{os.getpid()}"
-    tmp.mkdir()
+    folder = location_of(folder)
+    remove_leftovers(folder)
+    target = folder / f"checkpoint-{iteration}"
+    _delete_checkpoint(target)
+    info = {
+        "format_version": FORMAT_VERSION,
+        "digideep_version": __version__,
+        "torch_version": torch.__version__,
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "iteration": iteration,
+        **runner_info,
+    }
+    buffer = io.BytesIO()
+    torch.save(encoded, buffer)
+    files = {
+        STATES_FILE: buffer.getvalue(),
+        RUNNER_FILE: json.dumps(info, indent=2, default=str).encode("utf-8"),
+    }
+    target.mkdir()
     try:
-        info = {
-            "format_version": FORMAT_VERSION,
-            "digideep_version": __version__,
-            "torch_version": torch.__version__,
-            "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "iteration": iteration,
-            **runner_info,
-        }
-        with open(tmp / RUNNER_FILE, "w", encoding="utf-8") as file:
-            json.dump(info, file, indent=2, default=str)
-            file.flush()
-            os.fsync(file.fileno())
-        with open(tmp / STATES_FILE, "wb") as file:
-            torch.save(encoded, file)
-            file.flush()
-            os.fsync(file.fileno())
-        fsync_dir(tmp)
-        if final.exists():  # a checkpoint of the same iteration from a run that was not resumed from it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        fsync_dir(folder)
+        (target / SAVING_MARK).write_bytes(b"")  # first: without a record later, this is a torn save
+        for name, data in files.items():
+            (target / name).write_bytes(data)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        target.delete()
         raise
-    return Checkpoint(final, iteration)
+    return PendingCheckpoint(target, iteration, files)
 
 
-def _remove_leftovers(folder: Path) -> None:
-    """Delete temporary folders of saves that a crash interrupted."""
-    for leftover in folder.glob(".tmp-checkpoint-*"):
-        log.info("removing the unfinished checkpoint %s", leftover)
-        shutil.rmtree(leftover, ignore_errors=True)
+def save_checkpoint(
+    folder: Folder, iteration: int, runner_info: dict[str, Any], states: dict[str, Any]
+) -> Checkpoint:
+    """Write and commit ``checkpoint-<iteration>`` under ``folder`` (see :func:`write_checkpoint`)."""
+    return write_checkpoint(folder, iteration, runner_info, states).commit()
 
 
-def find_checkpoints(folder: Path) -> list[Checkpoint]:
-    """Complete checkpoints under ``folder``, oldest first."""
+def remove_leftovers(folder: Folder) -> list[Location]:
+    """Delete what saves cut short left under ``folder``: ``checkpoint-*`` folders with the mark of
+    a save and no commit record (or nothing at all), and the ``.tmp-checkpoint-*`` folders of older
+    versions. Damaged committed checkpoints stay for their owner to look at. Returns what was deleted."""
+    folder = location_of(folder)
+    listing = _listing(folder)
+    deleted = []
+    for child in folder.children():
+        files = listing.get(child.name, set())
+        torn = _NAME.match(child.name) and COMMIT_FILE not in files and (SAVING_MARK in files or not files)
+        if torn or child.name.startswith(".tmp-checkpoint-"):
+            log.info("removing the unfinished checkpoint %s", child)
+            child.delete()
+            deleted.append(child)
+    return deleted
+
+
+def incomplete_checkpoints(folder: Folder) -> list[Location]:
+    """``checkpoint-*`` folders that are neither committed and complete nor a save cut short: a
+    committed checkpoint that lost a file, or an older version's folder that lacks one."""
+    folder = location_of(folder)
+    complete = {c.location.name for c in find_checkpoints(folder)}
+    return [
+        folder / name
+        for name, files in sorted(_listing(folder).items())
+        if name not in complete and not (SAVING_MARK in files and COMMIT_FILE not in files)
+    ]
+
+
+def _listing(folder: Location) -> dict[str, set[str]]:
+    """``{checkpoint folder name: its file names}`` from one listing of ``folder``."""
+    by_name: dict[str, set[str]] = {}
+    for relative in folder.files():
+        name, _, file = relative.partition("/")
+        if _NAME.match(name) and file:
+            by_name.setdefault(name, set()).add(file)
+    return by_name
+
+
+def _delete_checkpoint(location: Location) -> None:
+    """Delete a checkpoint folder, its commit record first (it stops counting before it goes)."""
+    (location / COMMIT_FILE).delete()
+    location.delete()
+
+
+def find_checkpoints(folder: Folder) -> list[Checkpoint]:
+    """Committed and complete checkpoints under ``folder``, oldest first (one listing of the folder).
+
+    Committed: a commit record, or (an older version's folder) no record and no mark of a save.
+    Complete: both files present; their sizes and hashes are checked when loaded.
+    """
+    folder = location_of(folder)
     found = []
-    for path in folder.glob("checkpoint-*"):
-        match = _NAME.match(path.name)
-        if match and (path / RUNNER_FILE).is_file() and (path / STATES_FILE).is_file():
-            found.append(Checkpoint(path, int(match.group(1))))
+    for name, files in _listing(folder).items():
+        committed = COMMIT_FILE in files or SAVING_MARK not in files
+        if committed and {RUNNER_FILE, STATES_FILE} <= files:
+            found.append(Checkpoint(folder / name, int(_NAME.match(name).group(1))))
     return sorted(found, key=lambda c: c.iteration)
 
 
-def latest_checkpoint(folder: Path) -> Checkpoint | None:
-    """The newest complete checkpoint under ``folder``, or None."""
+def latest_checkpoint(folder: Folder) -> Checkpoint | None:
+    """The newest committed checkpoint under ``folder``, or None."""
     found = find_checkpoints(folder)
     return found[-1] if found else None
 
 
-def apply_retention(folder: Path, keep: int, best: int | None = None) -> list[Path]:
-    """Delete all but the newest ``keep`` checkpoints and the one of iteration ``best``.
+def apply_retention(folder: Folder, keep: int, best: int | None = None) -> list[Path | str]:
+    """Delete all but the newest ``keep`` checkpoints and the one of iteration ``best``, oldest first.
 
-    ``keep <= 0`` keeps every checkpoint. Returns the deleted folders.
+    ``keep <= 0`` keeps every checkpoint; otherwise the newest one always stays. Each checkpoint
+    loses its commit record before its files. Returns the deleted folders (paths or URLs).
     """
     if keep <= 0:
         return []
     found = find_checkpoints(folder)
     kept = {c.iteration for c in found[-keep:]} | {best}
     deleted = []
-    for checkpoint in found:
+    for checkpoint in found:  # oldest first
         if checkpoint.iteration not in kept:
-            shutil.rmtree(checkpoint.path)
+            _delete_checkpoint(checkpoint.location)
             deleted.append(checkpoint.path)
     return deleted
 
 
-def read_runner_info(path: Path) -> dict[str, Any]:
+def read_runner_info(path: Folder) -> dict[str, Any]:
     """Read and check ``runner.json`` of the checkpoint folder ``path``.
 
     Raises:
         UsageError: the folder or file is missing, the JSON is damaged or of another format version.
     """
-    if not path.is_dir():
+    return _read_runner_info(location_of(path))[0]
+
+
+def _read_runner_info(location: Location) -> tuple[dict[str, Any], bytes]:
+    """``runner.json`` checked, and its bytes (for the commit record's hash)."""
+    if not location.is_dir():
         raise UsageError(
-            f"checkpoint '{path}' does not exist; give a folder like <session>/checkpoints/checkpoint-<N>"
+            f"checkpoint '{location}' does not exist; give a folder like <session>/checkpoints/checkpoint-<N>"
         )
-    runner_file = path / RUNNER_FILE
+    runner_file = location / RUNNER_FILE
     try:
-        info = json.loads(runner_file.read_text(encoding="utf-8"))
+        data = runner_file.read_bytes()
+        info = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(
             f"checkpoint file '{runner_file}' is missing; the checkpoint is incomplete"
@@ -192,31 +309,78 @@ def read_runner_info(path: Path) -> dict[str, Any]:
             f"checkpoint file '{runner_file}' has format version {info['format_version']} "
             f"(digideep {info.get('digideep_version', '?')}); this digideep {__version__} reads versions {readable}"
         )
-    for field in ("params", "iteration"):
-        if field not in info:
-            raise UsageError(
-                f"checkpoint file '{runner_file}' lacks the field '{field}'; the file is damaged"
-            )
-    return info
+    for name in ("params", "iteration"):
+        if name not in info:
+            raise UsageError(f"checkpoint file '{runner_file}' lacks the field '{name}'; the file is damaged")
+    return info, data
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _commit_record(location: Location) -> dict[str, dict[str, Any]] | None:
+    """The files the commit record lists (None for a folder of an older version, which has none).
+
+    Raises:
+        UsageError: the checkpoint has no record but the mark of a save (cut short), or the record
+            is damaged.
+    """
+    record_file = location / COMMIT_FILE
+    try:
+        record = record_file.read_json()
+    except FileNotFoundError:
+        if not (location / SAVING_MARK).exists():
+            return None  # written by an older version, committed by a folder rename
+        raise UsageError(
+            f"checkpoint '{location}' was never committed (no {COMMIT_FILE}: its save was cut short); "
+            "load an earlier checkpoint"
+        ) from None
+    except ValueError as error:
+        raise UsageError(f"checkpoint file '{record_file}' is damaged (not valid JSON: {error})") from None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not {RUNNER_FILE, STATES_FILE} <= set(files):
+        raise UsageError(f"checkpoint file '{record_file}' does not list {RUNNER_FILE} and {STATES_FILE}")
+    return files
+
+
+def _verify(file: Location, data: bytes, entry: dict[str, Any]) -> None:
+    """Check ``data`` read from ``file`` against its commit-record entry."""
+    if len(data) != entry.get("size"):
+        raise UsageError(
+            f"checkpoint file '{file}' is damaged or truncated ({len(data)} bytes, "
+            f"the commit record says {entry.get('size')})"
+        )
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise UsageError(
+            f"checkpoint file '{file}' is damaged or truncated (its sha256 differs from the commit record)"
+        )
+
+
+def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read both files of a checkpoint: ``(runner_info, states)``, every tensor on the CPU.
 
+    Every file is checked against the commit record (size and sha256) before it is used.
     ``states.pt`` is loaded with ``weights_only=True``: a checkpoint can hold tensors, arrays and
     plain containers, never code. It is always read with ``map_location="cpu"``, wherever it was
     written: numpy, RNG and pointer states stay on the CPU, and each ``load_state_dict`` moves
     network and optimizer tensors to its own device. A version 1 checkpoint is converted.
 
     Raises:
-        UsageError: a file is missing, truncated, damaged or of an incompatible version.
+        UsageError: a file is missing, truncated, damaged, uncommitted or of an incompatible version.
     """
-    info = read_runner_info(path)
-    states_file = path / STATES_FILE
-    if not states_file.is_file():
-        raise UsageError(f"checkpoint file '{states_file}' is missing; the checkpoint is incomplete")
+    location = location_of(path)
+    info, runner_data = _read_runner_info(location)
+    files = _commit_record(location)
+    if files is not None:
+        _verify(location / RUNNER_FILE, runner_data, files[RUNNER_FILE])
+    states_file = location / STATES_FILE
     try:
-        states = torch.load(states_file, map_location="cpu", weights_only=True)
+        data = states_file.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        raise UsageError(
+            f"checkpoint file '{states_file}' is missing; the checkpoint is incomplete"
+        ) from None
+    if files is not None:
+        _verify(states_file, data, files[STATES_FILE])
+    try:
+        states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(f"checkpoint file '{states_file}' is damaged or truncated ({first_line})") from None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -38,7 +38,7 @@ from digideep.pipeline.checkpoint import (
     apply_retention,
     find_checkpoints,
     load_checkpoint,
-    save_checkpoint,
+    write_checkpoint,
 )
 from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
@@ -46,7 +46,6 @@ from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
-from digideep.utility.files import fsync_dir
 from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
@@ -93,6 +92,10 @@ class Counters:
                 "resume it with the version that wrote it"
             )
         return cls(**saved)
+
+
+LEASE_MARGIN = 15.0
+"""Seconds a URL session's lease must still be held for when a checkpoint commits."""
 
 
 class Runner:
@@ -259,15 +262,18 @@ class Runner:
         return metrics
 
     def checkpoint(self) -> str:
-        """Flush the memories, write the two checkpoint files, apply retention; return the folder.
+        """Flush the memories, write the two checkpoint files, commit, apply retention; return the folder.
 
-        The files are written under ``checkpoints/.tmp-checkpoint-staging/`` and the checkpoint
-        commits when its folder is renamed into ``checkpoints/``. Between the two, the checkpoint's own duration is
+        The files are written under ``checkpoints/checkpoint-<iteration>/`` and the checkpoint
+        commits when its record ``commit.json`` is written, last (see
+        :mod:`digideep.pipeline.checkpoint`). Between the two, the checkpoint's own duration is
         appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
         committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
         records before it, and resuming keeps this one record too (see
-        :meth:`~digideep.tracking.journal.MetricsJournal.rewind`). MLflow is not waited for: the
-        journal holds the metrics whether the server answers or not.
+        :meth:`~digideep.tracking.journal.MetricsJournal.rewind`). A session on object storage then
+        uploads its journal and log, still before the commit, so the journal there always covers
+        the newest committed checkpoint. MLflow is not waited for: the journal holds the metrics
+        whether the server answers or not.
         """
         started = time.perf_counter()
         self._account_wall_time()
@@ -279,25 +285,28 @@ class Runner:
         self.counters.last_checkpoint = iteration
         for memory in self.memories.values():
             memory.flush()
-        staging = (
-            self.session.checkpoints_path / ".tmp-checkpoint-staging"
-        )  # a crash's leftovers: never committed
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        written = save_checkpoint(staging, iteration, self.runner_info(), self.state_dict())
+        folder = self.session.checkpoints_location
+        pending = write_checkpoint(folder, iteration, self.runner_info(), self.state_dict())
         if self.journal is not None:
             elapsed = time.perf_counter() - started
             self.journal.append(self.counters.frames, {CHECKPOINT_METRIC: elapsed}, checkpoint=iteration)
-        saved = _commit(written, self.session.checkpoints_path)
-        staging.rmdir()
+        # The lease must outlive the upload and the commit: a host whose session was taken over
+        # (it was cut off past the lease's expiry) must not commit over the new holder's checkpoints.
+        self.session.ensure_held(margin=LEASE_MARGIN)
+        self.session.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
+        saved = pending.commit()
         for memory in self.memories.values():  # committed: now the undo areas may go
             memory.checkpoint_committed()
         best = self.counters.best_checkpoint
-        for deleted in apply_retention(self.session.checkpoints_path, self.keep_checkpoints, best):
+        for deleted in apply_retention(folder, self.keep_checkpoints, best):
             log.debug("retention removed %s", deleted)
         if self.tracker is not None:
             self.tracker.flush(force=True)
-            self.tracker.log_checkpoint(saved.path)
+            if isinstance(saved.path, Path):
+                self.tracker.log_checkpoint(saved.path)
+            else:  # MLflow uploads local files: a scratch copy of this checkpoint's
+                with tempfile.TemporaryDirectory(prefix="digideep-checkpoint-") as scratch:
+                    self.tracker.log_checkpoint(pending.write_copy(Path(scratch)))
         log.info("checkpoint %s", saved.path)
         return str(saved.path)
 
@@ -338,6 +347,7 @@ class Runner:
                 (fewer, coarser Prefect tasks when iterations are short).
         """
         while self.stop_reason() is None:
+            self.session.ensure_held()  # a URL session whose lease was lost stops here, writing nothing
             if per_iteration:
                 yield "iterate", self.iterate
             else:
@@ -470,7 +480,7 @@ class Runner:
     def from_checkpoint(
         cls,
         session: Session,
-        path: Path,
+        path: Path | str,
         *,
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
@@ -506,27 +516,17 @@ class Runner:
 
 
 def resume_checkpoint(session: Session) -> Checkpoint:
-    """The newest complete checkpoint of ``session``.
+    """The newest committed checkpoint of ``session``.
 
     Raises:
         UsageError: the session has none.
     """
-    found = find_checkpoints(session.checkpoints_path)
+    found = find_checkpoints(session.checkpoints_location)
     if not found:
         raise UsageError(
-            f"session '{session.path}' has no complete checkpoint to resume from; start a new run"
+            f"session '{session.url}' has no complete checkpoint to resume from; start a new run"
         )
     return found[-1]
-
-
-def _commit(written: Checkpoint, folder: Path) -> Checkpoint:
-    """Move a checkpoint written in a staging folder under ``folder`` into ``folder``: the commit."""
-    final = folder / written.path.name
-    if final.exists():  # a checkpoint of the same iteration from a run that was not resumed from it
-        shutil.rmtree(final)
-    os.rename(written.path, final)
-    fsync_dir(folder)
-    return Checkpoint(final, written.iteration)
 
 
 def _iteration_cap(max_iterations: int | None) -> int | None:

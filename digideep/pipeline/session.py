@@ -6,7 +6,8 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
     params.json        the resolved params tree
     session.json       params module, creation time, digideep version, tracking ids
     log.txt            a copy of the console log
-    checkpoints/       checkpoint-<iteration>/{runner.json, states.pt}
+    checkpoints/       checkpoint-<iteration>/{runner.json, states.pt, commit.json}
+    metrics.jsonl      the metrics journal (:mod:`digideep.tracking.journal`)
     memory/<name>.zarr the durable copies of the replay memories
     videos/            evaluation videos
     .lock              the kernel lock (``flock``) of the process using the session
@@ -18,13 +19,31 @@ naming the holder. The lock is a kernel lock on ``.lock`` (:class:`filelock.File
 with its holder: a crashed run leaves no stale lock to clean up, and no starter ever removes
 another's lock file (removing and retaking by hand let two starters hold the lock at once).
 Processes forked after the lock was taken (the environment workers) share it until they exit.
+
+**Sessions on object storage.** The root may be an fsspec URL (``--session-path s3://bucket/runs``,
+``gs://...``; ``file://`` is a local path) with credentials and endpoint from the environment (see
+:mod:`digideep.utility.location`). Everything of the session then lives under the URL and a retry on
+another machine resumes from there alone: ``params.json``, ``cpanel.json``, ``session.json`` and
+``done.json`` are written there directly (one PUT each), checkpoints are committed there by their
+record (:mod:`digideep.pipeline.checkpoint`). Files that grow line by line are kept in a local
+working folder, ``data/cache/<name>-<hash of the URL>/``, and uploaded: ``log.txt`` and the
+metrics journal ``metrics.jsonl`` at every checkpoint (before its commit) and when the session
+closes, ``videos/`` and the learning curve when it closes. Reopening a URL session downloads the
+log and the journal first, so the log goes on and the journal is rewound to the checkpoint as on
+disk. The store is probed before anything is written: a missing bucket, refused credentials or an
+unreachable endpoint fail in seconds with one line naming the URL.
+
+On a URL the lock is a lease (:mod:`digideep.pipeline.lease`, a record created with a conditional
+write and renewed by a heartbeat), since no kernel lock spans machines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -37,13 +56,19 @@ from filelock import FileLock, Timeout
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.utility.files import atomic_write_json
+from digideep.pipeline.lease import acquire_session_lease
+from digideep.utility.files import atomic_write_bytes, atomic_write_json
+from digideep.utility.location import Location
 
 __all__ = ["Session", "default_session_name"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("data") / "sessions"
+CACHE_ROOT = Path("data") / "cache"
+"""Local working folders of sessions on object storage (``<name>-<hash of the URL>``)."""
+UPLOADED = ("log.txt", "metrics.jsonl", "learning_curve.png")
+"""Files of a URL session's working folder that are uploaded to it (with ``videos/``)."""
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
@@ -56,7 +81,7 @@ class Session:
     """A run folder with a lock, a log file and the compute device.
 
     Args:
-        root: folder that holds sessions.
+        root: folder that holds sessions: a local path or an fsspec URL (``s3://bucket/prefix``).
         name: the session's name; generated from the time and ``params_name`` when None.
         params_name: the parameter module's name, used for generated names.
         resume: open an existing session instead of creating a new one.
@@ -69,7 +94,8 @@ class Session:
 
     Raises:
         UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
-            True), is locked by a live process, or the device does not exist here.
+            True), is locked by a live process, the device does not exist here, or the store
+            behind a URL root cannot be used (no bucket, refused credentials, no answer).
     """
 
     def __init__(
@@ -86,18 +112,39 @@ class Session:
         self._device_arg = device
         self.device_request: str = requested_device(device, None)  # checked before touching disk
         self.name = name or default_session_name(params_name)
-        self.path = Path(root) / self.name
-        if resume and not self.path.is_dir():
-            raise UsageError(f"session '{self.path}' does not exist; list sessions with 'ls {root}'")
-        if not resume and self.path.exists():
+        root_location = Location(root)
+        root_location.check()  # a URL's store answers, before anything is written
+        self.location = root_location / self.name
+        self.url = self.location.url
+        self.remote = not self.location.is_local
+        self.path = (
+            self.location.local if self.location.local is not None else _working_folder(self.url, self.name)
+        )
+        exists = self.location.is_dir() if self.remote else self.path.is_dir()
+        if resume and not exists:
+            listing = f"'aws s3 ls {root_location.url}/'" if self.remote else f"'ls {root}'"
+            raise UsageError(f"session '{self.url}' does not exist; list sessions with {listing}")
+        if not resume and (exists if self.remote else self.path.exists()):
             raise UsageError(
-                f"session '{self.path}' already exists; resume it or choose another --session-name"
+                f"session '{self.url}' already exists; resume it or choose another --session-name"
             )
         # thread_local=False: the Session owns the lock whichever thread (a Prefect task) closes it
         self._lock = FileLock(self.path / ".lock", timeout=0, thread_local=False)
         self._owner_path = self.path / ".lock.json"
+        self._lease: Any = None
         self._log_handler: logging.Handler | None = None
         self._locked = lock
+        if self.remote:
+            self._open_remote(resume, lock)
+        else:
+            self._open_local(resume, lock)
+        if lock:
+            self._attach_log_file()
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        log.info("session %s (%s), device %s", self.url, "resumed" if resume else "new", self.device_request)
+
+    def _open_local(self, resume: bool, lock: bool) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=resume)
         except FileExistsError:  # another starter created it since the check above
@@ -113,11 +160,26 @@ class Session:
                 raise
         for folder in (self.checkpoints_path, self.videos_path, self.path / "memory"):
             folder.mkdir(exist_ok=True)
+
+    def _open_remote(self, resume: bool, lock: bool) -> None:
+        """Take the lease, then set up the local working folder from what the URL holds."""
         if lock:
-            self._attach_log_file()
-        if torch_threads:
-            torch.set_num_threads(torch_threads)
-        log.info("session %s (%s), device %s", self.path, "resumed" if resume else "new", self.device_request)
+            self._acquire_lease()
+        try:
+            if not resume and self.path.exists():  # a session of this URL that was deleted from the store
+                shutil.rmtree(self.path)
+            for folder in (self.path, self.videos_path, self.path / "memory"):
+                folder.mkdir(parents=True, exist_ok=True)
+            if lock and resume:  # the log goes on; the journal is rewound to the checkpoint later
+                for name in ("log.txt", "metrics.jsonl"):
+                    local = self.path / name
+                    try:
+                        atomic_write_bytes(local, (self.location / name).read_bytes())
+                    except FileNotFoundError:
+                        local.unlink(missing_ok=True)
+        except BaseException:
+            self._release_lease()
+            raise
 
     # -- device --------------------------------------------------------------------------------
     @property
@@ -141,12 +203,20 @@ class Session:
         return agent_device(agent, observation_space, self.device_request)
 
     # -- paths ---------------------------------------------------------------------------------
+    # ``path`` is the session folder, or for a URL session its local working folder.
     @property
-    def checkpoints_path(self) -> Path:
-        return self.path / "checkpoints"
+    def checkpoints_location(self) -> Location:
+        """The ``checkpoints/`` folder, on disk or under the URL."""
+        return self.location / "checkpoints"
+
+    @property
+    def checkpoints_path(self) -> Path | str:
+        """The ``checkpoints/`` folder: a local Path, or its URL for a session on object storage."""
+        return self.checkpoints_location.path
 
     @property
     def videos_path(self) -> Path:
+        """Local folder of the videos (uploaded to a URL session when it closes)."""
         return self.path / "videos"
 
     @property
@@ -154,27 +224,31 @@ class Session:
         return self.path / "log.txt"
 
     def memory_path(self, name: str) -> Path:
-        """Folder of the Zarr group of memory ``name``."""
+        """Local folder of the Zarr group of memory ``name`` (the working folder's for a URL session)."""
         return self.path / "memory" / f"{name}.zarr"
 
     def memory_url(self, name: str) -> str:
-        """Place of the Zarr group of memory ``name``, as a memory opens it (a path or a URL)."""
-        return str(self.memory_path(name))  # the s3session branch replaces this with the session's URL
+        """Where the Zarr group of memory ``name`` belongs: a local path, or a URL under the session's."""
+        if not self.remote:
+            return str(self.memory_path(name))
+        return (self.location / "memory" / f"{name}.zarr").url
 
     # -- metadata ------------------------------------------------------------------------------
     def write_params(self, module: str, cpanel: dict[str, Any], params: dict[str, Any]) -> None:
         """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically)."""
-        atomic_write_json(self.path / "cpanel.json", cpanel)
-        atomic_write_json(self.path / "params.json", params)
+        for filename, value in (("cpanel.json", cpanel), ("params.json", params)):
+            (self.location / filename).write_json(value)
+            if self.remote:  # a local copy for MLflow's session artifacts
+                atomic_write_json(self.path / filename, value)
         self.update_info(
             params_module=module, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), version=__version__
         )
 
     def read_json(self, filename: str) -> dict[str, Any]:
         """Read one of the session's JSON files (``params.json``, ``cpanel.json``, ``session.json``)."""
-        path = self.path / filename
+        path = self.location / filename
         try:
-            return json.loads(path.read_text())
+            return path.read_json()
         except FileNotFoundError:
             raise UsageError(f"session file '{path}' is missing; the session is incomplete") from None
         except json.JSONDecodeError as error:
@@ -184,21 +258,23 @@ class Session:
 
     def info(self) -> dict[str, Any]:
         """The contents of ``session.json`` (empty before :meth:`write_params`)."""
-        path = self.path / "session.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        try:
+            return (self.location / "session.json").read_json()
+        except FileNotFoundError:
+            return {}
 
     def update_info(self, **fields: Any) -> None:
         """Merge ``fields`` into ``session.json`` (e.g. the MLflow run id, the Prefect flow-run id)."""
-        atomic_write_json(self.path / "session.json", {**self.info(), **fields})
+        (self.location / "session.json").write_json({**self.info(), **fields})
 
     @property
     def is_done(self) -> bool:
-        return (self.path / "done.json").exists()
+        return (self.location / "done.json").exists()
 
     def mark_done(self, **summary: Any) -> None:
         """Record that training finished; a later resume says so instead of training again."""
-        atomic_write_json(
-            self.path / "done.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **summary}
+        (self.location / "done.json").write_json(
+            {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **summary}
         )
 
     # -- lock and log --------------------------------------------------------------------------
@@ -213,6 +289,57 @@ class Session:
             ) from None
         atomic_write_json(self._owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
 
+    def _acquire_lease(self) -> None:
+        """Hold the session's lease on object storage (a lock that expires with a dead host)."""
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "flow_run_id": os.environ.get("PREFECT__FLOW_RUN_ID"),  # set by Prefect for its flow runs
+        }
+        self._lease = acquire_session_lease(self.url, info)
+
+    def ensure_held(self, margin: float = 0.0) -> None:
+        """Raise unless this process may still write the session for ``margin`` more seconds.
+
+        A local session's kernel lock cannot be lost. A URL session's lease can: a host cut off
+        from the store past the lease's expiry, or whose lease another host took over, must stop
+        without writing, since the session now belongs to the host that took it.
+
+        Raises:
+            LeaseLostError: the lease was lost or would expire within ``margin`` seconds.
+        """
+        if self._lease is not None:
+            self._lease.ensure_held(margin)
+
+    def _release_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def upload(self, *names: str) -> None:
+        """Copy working-folder files (``log.txt``, ``metrics.jsonl``, ...) to a URL session.
+
+        No-op for a local session, whose files are in place. Missing files are skipped.
+        """
+        if not self.remote:
+            return
+        if self._log_handler is not None:
+            self._log_handler.flush()
+        for name in names:
+            local = self.path / name
+            if local.is_file():
+                (self.location / name).put_file(local)
+
+    def _upload_all(self) -> None:
+        """Upload the log, the journal, the learning curve and the videos not yet uploaded."""
+        self.upload(*UPLOADED)
+        if self.videos_path.is_dir():
+            present = (self.location / "videos").files()
+            for video in sorted(self.videos_path.rglob("*")):
+                name = video.relative_to(self.videos_path).as_posix()
+                if video.is_file() and name not in present:
+                    (self.location / "videos" / name).put_file(video)
+
     def _attach_log_file(self) -> None:
         handler = logging.FileHandler(self.log_path, encoding="utf-8")
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -220,11 +347,22 @@ class Session:
         self._log_handler = handler
 
     def close(self) -> None:
-        """Release the lock and detach the log file. Safe to call twice."""
+        """Upload what a URL session keeps locally, release the lock, detach the log file.
+
+        Safe to call twice.
+        """
         if self._log_handler is not None:
+            try:
+                if self.remote:
+                    self._upload_all()
+            except Exception as error:  # the checkpoints are committed; losing a log tail is not fatal
+                log.warning("could not upload the session's files to %s: %s", self.url, error)
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
+        if self.remote:
+            self._release_lease()
+            self._locked = False
         if self._locked:
             self._owner_path.unlink(missing_ok=True)  # still ours: the kernel lock is held until below
             self._lock.release()
@@ -237,7 +375,12 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Session({str(self.path)!r})"
+        return f"Session({self.url!r})"
+
+
+def _working_folder(url: str, name: str) -> Path:
+    """The local working folder of the URL session ``url``: ``data/cache/<name>-<8 hex of the URL>``."""
+    return CACHE_ROOT / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:8]}"
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from digideep.errors import UsageError
+from digideep.pipeline.checkpoint import incomplete_checkpoints, latest_checkpoint
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.runner import Runner, StageCall, call_directly, resume_checkpoint
 from digideep.pipeline.session import DEFAULT_ROOT, Session
@@ -41,7 +42,7 @@ class RunHandle:
     session: Session
     runner: Runner
     tracker: Any
-    resumed_from: Path | None
+    resumed_from: Path | str | None
 
 
 def open_run(
@@ -61,7 +62,7 @@ def open_run(
             (then ``cpanel`` must be None); not needed when resuming.
         cpanel: cpanel overrides as a JSON string or a dict.
         session_name: the session's name (generated when None for a new run).
-        session_path: the folder holding sessions.
+        session_path: the folder holding sessions: a local path or a URL (``s3://bucket/prefix``).
         resume: reopen ``session_name`` (an existing session with no checkpoint starts over from
             its ``params.json``). A finished session returns None after finishing what its MLflow
             run lacks (a kill after ``done.json`` can leave it RUNNING, see
@@ -73,7 +74,7 @@ def open_run(
     Raises:
         UsageError: bad params or cpanel, a missing or busy session, a damaged checkpoint.
     """
-    root = Path(session_path)
+    root = str(session_path)  # a URL stays a URL (Path would fold s3:// into s3:/)
     if resume:
         if session_name is None:
             raise UsageError("resuming needs a session name (the folder under --session-path)")
@@ -117,7 +118,7 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
     params = session.read_json("params.json")
     cpanel = session.read_json("cpanel.json")
     if session.is_done:
-        log.info("session %s already finished training (see done.json); nothing to resume", session.path)
+        log.info("session %s already finished training (see done.json); nothing to resume", session.url)
         settings = params.get("tracking", {})
         if settings.get("enabled", True):
             from digideep.tracking.tracker import sync_session
@@ -129,16 +130,18 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
     threads = params.get("session", {}).get("torch_threads")
     if threads:
         torch.set_num_threads(threads)
-    found = resume_checkpoint(session) if any(session.checkpoints_path.glob("checkpoint-*")) else None
-    if found is None:
-        log.info("session %s has no checkpoint yet: starting its training from the beginning", session.path)
+    found = latest_checkpoint(session.checkpoints_location)  # committed and complete ones only
+    if found is None and incomplete_checkpoints(session.checkpoints_location):
+        resume_checkpoint(session)  # damaged checkpoints and no good one: refused, not started over
+    if found is None:  # (a first save cut short leaves a marked folder: the next save removes it)
+        log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
         shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
         (session.path / "memory").mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
         tracker = _open_tracker(session, params, cpanel, tags, journal)
         return RunHandle(session, Runner(session, params, tracker=tracker, journal=journal), tracker, None)
-    log.info("resuming session %s from %s", session.path, found.path)
+    log.info("resuming session %s from %s", session.url, found.path)
     # a damaged checkpoint fails here, before tracking starts; the journal is rewound to it
     runner = Runner.from_checkpoint(session, found.path)
     runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)

@@ -20,6 +20,15 @@ checkpoint's own ``time/checkpoint`` record, since the iterations after it are r
 their records again (the same values, the timing ones aside). A record cut short by a kill (no
 final newline, or not JSON) is dropped when the journal is opened.
 
+**On object storage** (a session under ``s3://...``) an append-only file cannot be appended to in
+place, so the journal stays a local working copy (in the session's working folder) and the session
+uploads it whole with every checkpoint, after the checkpoint's ``time/checkpoint`` record and before
+its commit, and when it closes (:meth:`digideep.pipeline.session.Session.upload`). The copy in the
+bucket therefore always covers the newest committed checkpoint; a resume on another machine
+downloads it and rewinds it to the checkpoint like a local journal. ``metrics.sent.json`` stays
+local: a process that starts without it reads what the MLflow run holds before its first send (see
+:mod:`digideep.tracking.sender`), so the replayed steps are not sent twice.
+
 This module is plain file handling: it imports neither MLflow nor torch.
 """
 

@@ -19,7 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.memory import Memory
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
 from tests.conftest import REPO
 from tests.helpers import assert_same_tensors, device_args
 
@@ -70,13 +70,13 @@ def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.Compl
 
 
 def kill_after_checkpoint(command: list[str], env: dict, checkpoints: Path, count: int) -> None:
-    """Start training and SIGKILL it as soon as ``count`` checkpoints exist (wherever it is then)."""
+    """Start training and SIGKILL it as soon as ``count`` checkpoints are committed (wherever it is then)."""
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        if checkpoints.is_dir() and len(list(checkpoints.glob("checkpoint-*"))) >= count:
+        if checkpoints.is_dir() and len(find_checkpoints(checkpoints)) >= count:
             break
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)

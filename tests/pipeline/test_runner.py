@@ -25,22 +25,27 @@ from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_com
 CRASH_IN_SECOND_SAVE = textwrap.dedent(
     """
     import os, signal, sys
-    import torch
-    from digideep.pipeline import checkpoint
+    from digideep.utility.location import Location
     saves = []
-    real_save = torch.save
-    def dying_save(obj, file):
-        saves.append(1)
-        if len(saves) == 2:  # second checkpoint: write half a file, then die like a power cut
-            file.write(b"PK-half-written")
-            file.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real_save(obj, file)
-    checkpoint.torch.save = dying_save
+    real_write = Location.write_bytes
+    def dying_write(self, data):
+        if self.name == "states.pt":
+            saves.append(1)
+            if len(saves) == 2:  # second checkpoint: write half its states file, then die like a power cut
+                with open(self.local, "wb") as file:
+                    file.write(data[: len(data) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real_write(self, data)
+    Location.write_bytes = dying_write
     from digideep.main import main
     sys.exit(main(sys.argv[1:]))
     """
 )
+
+
+def uncommitted(checkpoints: Path) -> list[Path]:
+    """Checkpoint folders without a commit record: saves cut short."""
+    return [p for p in checkpoints.glob("checkpoint-*") if not (p / "commit.json").exists()]
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
@@ -64,13 +69,11 @@ def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp
     assert crashed.returncode == -signal.SIGKILL
     checkpoints = tmp_path / "s" / "checkpoints"
     assert [c.iteration for c in find_checkpoints(checkpoints)] == [2]
-    assert list(checkpoints.glob(".tmp-checkpoint-*")), (
-        "the half-written save should be left in its temporary folder"
-    )
+    assert uncommitted(checkpoints), "the half-written save should be left without its commit record"
     load_checkpoint(latest_checkpoint(checkpoints).path)  # the newest complete checkpoint loads
 
     run(resume_command(tmp_path, "s", device), run_env)
-    assert not list(checkpoints.glob(".tmp-checkpoint-*"))
+    assert not uncommitted(checkpoints), "the next save removes what the cut-short one left"
     assert (tmp_path / "s" / "done.json").exists()
     info, _ = load_checkpoint(latest_checkpoint(checkpoints).path)
     assert info["counters"]["iteration"] == 8
@@ -129,9 +132,14 @@ NO_COMPLETE = "has no complete checkpoint to resume from"
 
 
 def damage_runner_json(checkpoint: Path, change) -> None:
+    """Change runner.json and commit the change (a checkpoint another version wrote, not a damaged one)."""
     info = json.loads((checkpoint / "runner.json").read_text())
     change(info)
-    (checkpoint / "runner.json").write_text(json.dumps(info))
+    data = json.dumps(info).encode()
+    (checkpoint / "runner.json").write_bytes(data)
+    record = json.loads((checkpoint / "commit.json").read_text())
+    record["files"]["runner.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "commit.json").write_text(json.dumps(record))
 
 
 @pytest.mark.parametrize(
