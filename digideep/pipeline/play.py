@@ -17,6 +17,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.checkpoint import read_runner_info
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
+from digideep.utility.location import Location, location_of
 
 __all__ = ["play"]
 
@@ -29,10 +30,14 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     Raises:
         UsageError: the checkpoint is missing, damaged or not inside a session folder.
     """
-    path = Path(checkpoint)
+    path = location_of(checkpoint)  # a local folder or a URL (a session on object storage)
     info = read_runner_info(path)
-    session_folder = path.parent.parent
-    if path.parent.name != "checkpoints":
+    if path.local is not None:
+        folder = path.local.absolute().parent
+        root, session_name, folder_name = folder.parent.parent, folder.parent.name, folder.name
+    else:  # s3://bucket/<root>/<session>/checkpoints/checkpoint-N
+        root, session_name, folder_name = path.url.rstrip("/").rsplit("/", 3)[:3]
+    if folder_name != "checkpoints":
         raise UsageError(f"checkpoint '{path}' is not inside a session's checkpoints/ folder")
     params = copy.deepcopy(info["params"])
     eval_params = params["explorer"].get("eval") or dict(params["explorer"]["test"])
@@ -41,7 +46,7 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     )
     eval_params["render"] = video
     params["explorer"] = {"eval": eval_params}
-    session = Session(root=session_folder.parent, name=session_folder.name, resume=True, lock=False)
+    session = Session(root=root, name=session_name, resume=True, lock=False)
     before = set(session.videos_path.glob("*.mp4"))
     runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
     try:
@@ -58,7 +63,7 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     return returns
 
 
-def _keep_videos(session: Session, checkpoint: Path, videos: list[Path]) -> None:
+def _keep_videos(session: Session, checkpoint: Location, videos: list[Path]) -> None:
     """Move this play's videos to ``videos/<checkpoint>-<time>/`` and attach them to the MLflow run."""
     if not videos:
         return

@@ -12,6 +12,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,3 +118,16 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
     assert_same_histories(histories["straight"], histories["killed"])  # each step once, same values
     checkpoint_steps = [step for step, _ in histories["killed"]["time/checkpoint"]]
     assert checkpoint_steps == [step for step, _ in histories["killed"]["charts/iteration"]]
+
+    # the finished session plays from the bucket, on a machine that never had its files
+    final = latest_checkpoint(f"{url}/killed/checkpoints").path
+    played = subprocess.run(
+        [sys.executable, "-m", "digideep.main", "play", str(final), "--episodes", "1"],
+        cwd=second,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert "return" in played.stdout + played.stderr
