@@ -80,11 +80,12 @@ def _looks_atari(model_name: str) -> bool:
 
 
 def register(model_name: str | None = None) -> bool:
-    """Register ale-py's ids with Gymnasium (idempotent); True when ale-py is installed.
+    """Register ale-py's ids with Gymnasium (idempotent); True when they are registered.
 
     Args:
-        model_name: the id asked for; when it looks like an Atari id (``ALE/...``, ``...NoFrameskip...``)
-            and ale-py is missing, raise instead of returning False.
+        model_name: the id asked for: only one that looks like an Atari id (``ALE/...``,
+            ``...NoFrameskip...``) registers them (so that other unknown ids are not answered with
+            Atari suggestions), and raises when ale-py is missing. None: register when installed.
 
     Raises:
         AtariUnavailableError: ale-py is missing and ``model_name`` needs it (one line naming the fix).
@@ -92,6 +93,8 @@ def register(model_name: str | None = None) -> bool:
     global _registered
     if _registered:
         return True
+    if model_name is not None and not _looks_atari(model_name):
+        return False
     try:
         import ale_py
     except ImportError:
