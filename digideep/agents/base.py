@@ -131,9 +131,13 @@ class AgentBase:
             if callable(device_for)
             else torch.device(getattr(session, "device", "cpu"))
         )
-        self.obs = ObservationAdapter(observation_space)
+        self.obs = self._observation_adapter(observation_space)
         self.updates = 0  # gradient steps made
         self.iterations = 0  # update() calls that made gradient steps
+
+    def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
+        """Subclass hook: the adapter of this agent's observations (MLP agents refuse images)."""
+        return ObservationAdapter(observation_space)
 
     # -- Explorer interface ----------------------------------------------------------------------
     def initial_hidden_state(self, num_workers: int) -> np.ndarray:

@@ -5,6 +5,7 @@ A worker env is, from the inside out::
     gymnasium.make(model_name, max_episode_steps, render_mode, **env_kwargs)   # includes TimeLimit
     <dm_control observation>         # dm_control/... ids only: flat vector (default), dict or pixels
     RecordEpisodeStatistics          # raw episode returns/lengths for the Monitor
+    <Atari preprocessing>            # ale-py ids only: noops, frame skip, 84x84 gray, frame stack
     <wrappers from params>           # e.g. gymnasium.wrappers.RescaleAction
     VideoRecorder                    # only when rendering to a video folder
     EnvState                         # capture/restore of the worker's state (checkpoints)
@@ -31,6 +32,9 @@ layout matches the original Digideep one: ``/masks`` is 0 on the first row of a 
 
 DeepMind Control ids (``dm_control/<domain>-<task>-v0``, through ``shimmy[dm-control]``) register on
 demand (:mod:`digideep.environment.dmc`); the ``dm_control`` argument chooses their observations.
+Atari ids (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, through ``ale-py``) likewise
+(:mod:`digideep.environment.atari`); the preprocessing sits outside ``RecordEpisodeStatistics`` so that
+the logged returns are whole-game scores, and the ``atari`` argument changes its options.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics
 
+from digideep.environment import atari as ale
 from digideep.environment import dmc
 from digideep.environment.spaces import space_to_dict
 from digideep.environment.wrappers import EnvState, SingleAgentAdapter, VideoRecorder
@@ -105,10 +110,14 @@ class MakeEnvironment:
         dm_control: options of ``dm_control/...`` ids: ``observation`` (``"flat"``: one vector, the
             default; ``"dict"``: the suite's Dict; ``"pixels"``: a ``(height, width, 3) uint8`` image),
             ``width``, ``height`` (84) and ``camera_id`` (0) of the image (:mod:`~digideep.environment.dmc`).
+        atari: options of ale-py ids (:func:`~digideep.environment.atari.check_options`): ``noop_max``
+            (30), ``frame_skip`` (4), ``screen_size`` (84), ``frame_stack`` (4), ``fire_reset``, and the
+            train-only ``terminal_on_life_loss`` and ``clip_reward`` (both True).
 
     Raises:
         ValueError: for an unknown environment, vectorization or a malformed wrapper entry.
-        UsageError: a ``dm_control/...`` id without dm_control installed (one line naming the fix).
+        UsageError: a ``dm_control/...`` id without dm_control installed, or an Atari id without
+            ale-py (one line naming the fix).
     """
 
     def __init__(
@@ -121,6 +130,7 @@ class MakeEnvironment:
         env_kwargs: dict | None = None,
         max_episode_steps: int | None = None,
         dm_control: dict[str, Any] | None = None,
+        atari: dict[str, Any] | None = None,
     ) -> None:
         if vectorization not in VECTORIZATIONS:
             raise ValueError(f"vectorization must be one of {VECTORIZATIONS}, got {vectorization!r}")
@@ -138,6 +148,8 @@ class MakeEnvironment:
             dmc.check_options(dm_control, model_name) if dm_control or dmc.is_dm_control(model_name) else None
         )
         self._register()
+        # checked options for ale-py ids (None otherwise; options for other ids raise)
+        self.atari = ale.check_options(atari, model_name) if atari or ale.is_atari(model_name) else None
         self._spaces: tuple[spaces.Space, spaces.Dict] | None = None
 
     def _register(self) -> None:
@@ -148,6 +160,8 @@ class MakeEnvironment:
                 raise ValueError(f"cannot import from_module '{self.from_module}': {error}") from error
         if self.dm_control is not None:
             dmc.register()  # on demand: registers shimmy's ids (and fixes dm_control for MuJoCo 4)
+        elif self.model_name not in gym.registry:
+            ale.register(self.model_name)  # on demand; raises for ALE/... ids without ale-py
         if self.model_name not in gym.registry:
             hint = (
                 "set from_module to the module that registers it"
@@ -166,10 +180,14 @@ class MakeEnvironment:
             kwargs["max_episode_steps"] = self.max_episode_steps
         if render:
             kwargs["render_mode"] = "rgb_array"
+        if self.atari is not None:
+            kwargs = ale.make_kwargs(kwargs)
         env = gym.make(self.model_name, **kwargs)
         if self.dm_control is not None:
             env = dmc.wrap(env, self.dm_control)
         env = RecordEpisodeStatistics(env)
+        if self.atari is not None:
+            env = ale.AtariPreprocessing(env, train=mode == "train", **self.atari)
         for entry in self.wrappers:
             env = _apply(env, entry, "wrapper")
         if mode != "train":

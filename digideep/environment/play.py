@@ -13,7 +13,10 @@ error instead of stopping the listing. Running prints one line per run (an episo
 ``--n-step`` steps): its return, its length and the environment's steps per second (the time spent in
 ``step`` and in drawing the action; ``--delay`` waits are left out). Gymnasium and MuJoCo ids work;
 DeepMind Control ids (``dm_control/...``) do once ``pip install 'digideep[dmc]'`` installed them, and
-Atari ids once ``ale_py`` is.
+Atari ids (``ALE/...``, with the DeepMind preprocessing) once ``pip install 'digideep[atari]'`` did.
+Those suites register their ids on demand: a listing whose ``--list-include`` can match a
+``dm_control/...`` (or ``ALE/...``) id registers that suite first, so ``--list-include dm_control``
+lists them; a listing without ``--list-include`` shows what is registered already.
 
 Bad input (an unknown id, a bad regular expression, a module that does not import) prints one line,
 ``digideep: error: ...``, with the closest registered ids for an unknown one, and exits with code 2.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import logging
 import re
 import sys
 import time
@@ -42,6 +46,8 @@ from digideep.errors import UsageError
 __all__ = ["RunResult", "cli", "list_envs", "play_env", "zero_action"]
 
 EXIT_USAGE = 2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,10 @@ def check_registered(model_name: str, from_module: str | None = None) -> None:
         from digideep.environment import dmc
 
         dmc.register()  # on demand; without dm_control installed, one line naming the fix
+    elif model_name not in gym.registry:
+        from digideep.environment import atari
+
+        atari.register(model_name)  # ALE/... ids; without ale-py, one line naming the fix
     if model_name in gym.registry:
         return
     close = difflib.get_close_matches(model_name, list(gym.registry), n=3, cutoff=0.6)
@@ -112,10 +122,33 @@ def list_envs(include: str | None = None, exclude: str | None = None) -> Iterato
         UsageError: a pattern is not a valid regular expression.
     """
     keep, drop = _compile(include, "--list-include"), _compile(exclude, "--list-exclude")
+    if keep is not None:
+        _register_suites(keep)
     for env_id in sorted(gym.registry):
         if (keep is not None and not keep.search(env_id)) or (drop is not None and drop.search(env_id)):
             continue
         yield env_id, _describe(env_id)
+
+
+def _register_suites(keep: re.Pattern[str]) -> None:
+    """Register the on-demand suites (dm_control, Atari) whose ids ``keep`` can match.
+
+    A suite counts as asked for when the pattern matches one of its ids or names its prefix; it
+    is registered when installed and skipped quietly otherwise (``--model`` names the fix).
+    """
+    from digideep.environment import atari, dmc
+
+    asks = {
+        "dm_control": ("dm_control/cartpole-swingup-v0", "dm_control/walker-walk-v0", "dm_control"),
+        "atari": ("ALE/Pong-v5", "ALE/Breakout-v5", "PongNoFrameskip-v4", "ALE"),
+    }
+    if any(keep.search(sample) for sample in asks["dm_control"]):
+        try:
+            dmc.register()
+        except dmc.DMCUnavailableError as error:
+            log.info("not listing dm_control ids: %s", error)
+    if any(keep.search(sample) for sample in asks["atari"]):
+        atari.register()
 
 
 def _describe(env_id: str) -> str:

@@ -134,3 +134,20 @@ def test_bad_arguments_are_usage_errors() -> None:
     result = play("--list-include", "(")
     assert result.returncode == 2
     assert result.stderr.startswith("digideep: error: --list-include '(' is not a valid regular expression")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "package", "expected"),
+    [
+        ("^dm_control/cartpole-(balance|swingup)-v0$", "shimmy", 2),
+        ("^ALE/(Pong|Breakout)-v5$", "ale_py", 2),
+    ],
+)
+def test_listing_registers_the_on_demand_suites_it_is_asked_for(
+    pattern: str, package: str, expected: int
+) -> None:
+    pytest.importorskip(package)
+    result = play("--list-include", pattern, console=True)
+    assert result.returncode == 0, result.stderr
+    assert f"{expected} environment(s)" in result.stdout, result.stdout
+    assert result.stdout.count(" act ") == expected and "error" not in result.stdout

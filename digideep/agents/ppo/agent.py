@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from digideep.agents.base import AgentBase
+from digideep.agents.networks import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.policy import ActorCriticPolicy
-from digideep.agents.utils import MetricAccumulator, make_adam, to_torch
+from digideep.agents.utils import MetricAccumulator, ObservationAdapter, make_adam, to_torch
 from digideep.memory import LastChunk
 
 __all__ = ["PPO", "Minibatch"]
@@ -32,7 +33,7 @@ class Minibatch(NamedTuple):
     """Transitions of a PPO minibatch (or, stacked, of a whole chunk), ``B`` rows each.
 
     Attributes:
-        observations: ``(B, obs_dim) float32``.
+        observations: ``(B, obs_dim)`` float32, or uint8 for images (scaled on the device by the CNN).
         actions: ``(B, *act_shape)`` float32 (Box) or ``(B,)`` int64 (Discrete).
         log_probs: ``(B,)`` log-probabilities of the actions when they were taken.
         values: ``(B,)`` value estimates when they were taken.
@@ -72,7 +73,8 @@ class PPO(AgentBase):
         anneal_lr: decay the learning rate linearly to 0 over ``total_iterations`` updates.
         anneal_clip: decay the clip range likewise (SB3 zoo ``clip_range: lin_0.2``).
         total_iterations: ``update()`` calls in the whole run, for annealing.
-        hidden_sizes: widths of actor and critic (64, 64).
+        hidden_sizes: widths of actor and critic (64, 64); after a CNN trunk, ``[]`` gives CleanRL's
+            linear heads.
         activation: hidden activation (tanh).
         log_std_init: initial Gaussian log-std.
         ortho_init: orthogonal initialization.
@@ -80,6 +82,11 @@ class PPO(AgentBase):
         recurrent_size: GRU state size.
         adam_eps: Adam epsilon (1e-5 in SB3 and CleanRL).
         data_parallel: wrap the heads in ``torch.nn.DataParallel`` when several GPUs are visible.
+        cnn_features: features of the Nature CNN that image observations get (512).
+
+    The encoder follows the observation space: an image (``(C, H, W)``, e.g. Atari's stacked frames)
+    gets a Nature CNN shared by actor and critic; a Dict of vectors is concatenated into the MLPs; a
+    Dict with images gets a CNN per image and the vectors beside its features.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class PPO(AgentBase):
         recurrent_size: int = 64,
         adam_eps: float = 1e-5,
         data_parallel: bool = False,
+        cnn_features: int = 512,
     ) -> None:
         super().__init__(name, session, observation_space, action_space)
         if n_epochs < 1 or batch_size < 1:
@@ -127,6 +135,9 @@ class PPO(AgentBase):
         self.target_kl = target_kl
         self.anneal_lr, self.anneal_clip = bool(anneal_lr), bool(anneal_clip)
         self.total_iterations = int(total_iterations or 0)
+        encoder = (
+            ObservationEncoder(self.obs, cnn_features) if isinstance(self.obs, EncodedObservations) else None
+        )
         self.policy = ActorCriticPolicy(
             self.obs.dim,
             action_space,
@@ -136,13 +147,22 @@ class PPO(AgentBase):
             ortho_init,
             recurrent,
             recurrent_size,
+            encoder,
         ).to(self.device)
         if data_parallel and not recurrent:
-            self.policy.parallelize(["actor", "critic"])
+            self.policy.parallelize(
+                ["actor", "critic"] if encoder is None else ["encoder", "actor", "critic"]
+            )
         self.hidden_size = self.policy.recurrent_size
         self.optimizer = make_adam(self.policy.parameters(), self.lr, self.device, eps=adam_eps)
         self._params = [p for p in self.policy.parameters() if p.requires_grad]
         self.sampler = LastChunk()
+
+    def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
+        """Images get a CNN encoder (:class:`EncodedObservations`); vectors the plain adapter."""
+        if ObservationEncoder.needed(observation_space):
+            return EncodedObservations(observation_space)
+        return ObservationAdapter(observation_space)
 
     # -- keys ------------------------------------------------------------------------------------
     def _key(self, leaf: str) -> str:
@@ -279,7 +299,8 @@ class PPO(AgentBase):
             log_ratios = []
             for start in range(0, size, batch_size):
                 batch = Minibatch(*(x[start : start + batch_size] for x in shuffled))
-                log_ratios.append(self._step(batch.observations, batch, clip, metrics))
+                features = self.policy.encode(batch.observations)  # the shared trunk, once per minibatch
+                log_ratios.append(self._step(features, batch, clip, metrics))
             if self._epoch_end(log_ratios, clip, metrics):
                 break
 

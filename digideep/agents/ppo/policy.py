@@ -2,6 +2,10 @@
 ``torch.distributions.Normal`` with a state-independent log-std for Box actions (``Categorical`` for
 Discrete ones), and an optional GRU whose state the Explorer carries as ``/agents/<name>/hidden_state``.
 
+With image observations (Atari) an :class:`~digideep.agents.networks.ObservationEncoder` (the Nature
+CNN, CleanRL's ``ppo_atari.py``) is a trunk that actor and critic share; the heads then are single
+linear layers by default (``hidden_sizes=()``).
+
 Fusing actor and critic into one batched two-member network was measured no faster at 64x64 on CPU
 (the cost is per-operation overhead, not arithmetic), so they stay two plain modules.
 """
@@ -18,7 +22,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from digideep.agents.base import PolicyBase
-from digideep.agents.networks import init_orthogonal, mlp
+from digideep.agents.networks import ObservationEncoder, init_orthogonal, mlp
 
 __all__ = ["ActorCriticPolicy"]
 
@@ -38,6 +42,7 @@ class ActorCriticPolicy(PolicyBase):
         ortho_init: orthogonal initialization (gain sqrt(2), actor head 0.01, critic head 1).
         recurrent: put a GRU cell in front of the networks.
         recurrent_size: GRU state size.
+        encoder: a shared trunk (the CNN of image observations); None: the observations are the input.
     """
 
     def __init__(
@@ -50,6 +55,7 @@ class ActorCriticPolicy(PolicyBase):
         ortho_init: bool = True,
         recurrent: bool = False,
         recurrent_size: int = 64,
+        encoder: ObservationEncoder | None = None,
     ) -> None:
         super().__init__()
         if isinstance(action_space, gym.spaces.Discrete):
@@ -63,6 +69,11 @@ class ActorCriticPolicy(PolicyBase):
         self.action_shape = tuple(action_space.shape or ())
         self.recurrent = recurrent
         self.recurrent_size = recurrent_size if recurrent else 1
+        self.encoder = encoder
+        if encoder is not None:
+            obs_dim = encoder.out_dim
+            if ortho_init:
+                init_orthogonal(encoder)  # gain sqrt(2) on every conv and linear layer (CleanRL)
         self.gru = nn.GRUCell(obs_dim, recurrent_size) if recurrent else None
         feature_dim = recurrent_size if recurrent else obs_dim
         self.critic = mlp(feature_dim, hidden_sizes, 1, activation)
@@ -75,10 +86,15 @@ class ActorCriticPolicy(PolicyBase):
                 init_orthogonal(self.gru, gain=1.0)
 
     # -- pieces ----------------------------------------------------------------------------------
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, obs_dim)`` observations (uint8 or float32) to ``(B, E) float32`` trunk features."""
+        return obs if self.encoder is None else self.encoder(obs)
+
     def features(
         self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: ``(features (W, F), next hidden (W, h))``; feed-forward passes ``obs`` through."""
+        obs = self.encode(obs)
         if self.gru is None:
             return obs, hidden
         next_hidden = self.gru(obs, hidden * masks)
@@ -95,6 +111,8 @@ class ActorCriticPolicy(PolicyBase):
         Returns:
             ``(W, T, F)``.
         """
+        if self.encoder is not None:
+            obs = self.encoder(obs.reshape(-1, obs.shape[-1])).reshape(*obs.shape[:2], -1)
         if self.gru is None:
             return obs
         outputs = []

@@ -1,6 +1,7 @@
 """Environment wrappers that Gymnasium lacks, each with state dicts where it holds state.
 
 Per-worker wrappers (``gymnasium.Wrapper``): :class:`ImageTranspose`, :class:`FlattenDictObservation`,
+:class:`StructuredObservation`,
 :class:`VideoRecorder`, :class:`EnvState`. Vector wrappers (``gymnasium.vector.VectorWrapper``):
 :class:`NormalizeObservation`, :class:`NormalizeReward`, :class:`SingleAgentAdapter`. Gymnasium's own
 ``RescaleAction``, ``FrameStackObservation`` and ``ClipAction`` cover the rest.
@@ -12,6 +13,7 @@ from digideep.environment.wrappers.transforms import (
     FlattenDictObservation,
     ImageTranspose,
     SingleAgentAdapter,
+    StructuredObservation,
 )
 from digideep.environment.wrappers.video import VideoRecorder
 
@@ -22,5 +24,6 @@ __all__ = [
     "NormalizeObservation",
     "NormalizeReward",
     "SingleAgentAdapter",
+    "StructuredObservation",
     "VideoRecorder",
 ]

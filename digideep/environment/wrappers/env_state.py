@@ -21,11 +21,14 @@ What a capture holds:
   start, and contact tasks then drift by 1e-15 within a few steps), the model fields that tasks set
   per episode (target positions, terrain), the task's ``RandomState`` and simple attributes and the
   environment's step counter; restored inside ``physics.reset_context()``;
+- for Atari environments (ale-py), the emulator's ``cloneState(include_rng=True)`` (the sticky-action
+  RNG included) as a uint8 array;
 - every wrapper's simple attributes (``TimeLimit._elapsed_steps``, ``RecordEpisodeStatistics``
   sums, ``FrameStackObservation`` queues, gymnasium normaliser statistics), or its ``state_dict()``
   where it has one.
 
-An environment counts as *capturable* when it is MuJoCo-based, a DeepMind Control suite task, has a
+An environment counts as *capturable* when it is MuJoCo-based, a DeepMind Control suite task, an
+Atari game, has a
 ``state`` attribute (classic control) or defines ``state_dict()``/``load_state_dict()`` itself
 (dm_control's composer tasks, the locomotion and manipulation examples, are not capturable). Others are restored by starting a
 new episode; the Explorer logs that.
@@ -81,14 +84,16 @@ _DMC_MODEL_FIELDS = (
 
 
 def env_kind(env: gym.Env) -> str:
-    """``"custom"`` (own state_dict), ``"mujoco"``, ``"dm_control"``, ``"classic"`` (has ``state``) or
-    ``"none"``."""
+    """``"custom"`` (own state_dict), ``"mujoco"``, ``"dm_control"``, ``"ale"`` (Atari), ``"classic"``
+    (has ``state``) or ``"none"``."""
     if callable(getattr(env, "state_dict", None)) and callable(getattr(env, "load_state_dict", None)):
         return "custom"
     if _mujoco_data(env) is not None:
         return "mujoco"
     if suite_environment(env) is not None:
         return "dm_control"
+    if callable(getattr(getattr(env, "ale", None), "cloneState", None)):
+        return "ale"
     if hasattr(env, "state"):
         return "classic"
     return "none"
@@ -220,6 +225,9 @@ class EnvState(gym.Wrapper):
             state["physics"] = _capture_mujoco(_mujoco_data(base))
         elif kind == "dm_control":
             state["dm_control"] = _capture_dm_control(suite_environment(base))
+        elif kind == "ale":
+            emulator = base.ale.cloneState(include_rng=True).serialize()
+            state["ale"] = np.frombuffer(emulator, dtype=np.uint8).copy()
         return to_saveable(state)
 
     def restore_state(self, state: dict[str, Any]) -> bool:
@@ -243,6 +251,10 @@ class EnvState(gym.Wrapper):
             _restore_mujoco(_mujoco_data(base), from_saveable(state["physics"]))
         elif state["kind"] == "dm_control":
             _restore_dm_control(suite_environment(base), from_saveable(state["dm_control"]))
+        elif state["kind"] == "ale":
+            from ale_py import ALEState
+
+            base.ale.restoreState(ALEState(from_saveable(state["ale"]).tobytes()))
         return True
 
     def apply_pending_state(self) -> bool:

@@ -18,7 +18,7 @@ from gymnasium.vector import VectorActionWrapper, VectorEnv
 from digideep.environment.data_helpers import flatten_dict
 from digideep.environment.spaces import flat_leaves
 
-__all__ = ["FlattenDictObservation", "ImageTranspose", "SingleAgentAdapter"]
+__all__ = ["FlattenDictObservation", "ImageTranspose", "SingleAgentAdapter", "StructuredObservation"]
 
 
 class ImageTranspose(gym.ObservationWrapper):
@@ -83,6 +83,42 @@ class FlattenDictObservation(gym.ObservationWrapper):
 
     def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
         return flatten_dict(observation)
+
+
+class StructuredObservation(gym.ObservationWrapper):
+    """Split a Gymnasium MuJoCo (v5) observation vector into a Dict of its parts: ``qpos``, ``qvel``, ...
+
+    The parts and their sizes come from the env's ``observation_structure`` (every MuJoCo v5 env has
+    one; ``skipped_qpos`` and empty parts are not in the vector and are left out), in the order the
+    vector concatenates them. ``InvertedPendulum-v5`` gives ``Dict(qpos: Box(2,), qvel: Box(2,))``:
+    a real Dict-observation environment for the agents' MultiInput path.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        structure = getattr(env.unwrapped, "observation_structure", None)
+        space = env.observation_space
+        if not isinstance(structure, dict) or not isinstance(space, spaces.Box) or len(space.shape) != 1:
+            raise TypeError(
+                "StructuredObservation needs a Gymnasium MuJoCo v5 env (observation_structure and a "
+                f"vector observation), got {type(env.unwrapped).__name__} with {space}"
+            )
+        parts = [(k, int(n)) for k, n in structure.items() if k != "skipped_qpos" and int(n) > 0]
+        if sum(n for _, n in parts) != space.shape[0]:
+            raise ValueError(
+                f"observation_structure {structure} does not add up to the observation size {space.shape[0]}"
+            )
+        self.parts, bounds, start = [], {}, 0
+        for key, size in parts:
+            self.parts.append((key, start, start + size))
+            bounds[key] = spaces.Box(
+                space.low[start : start + size], space.high[start : start + size], dtype=space.dtype
+            )
+            start += size
+        self.observation_space = spaces.Dict(bounds)
+
+    def observation(self, observation: np.ndarray) -> dict[str, np.ndarray]:
+        return {key: observation[start:end] for key, start, end in self.parts}
 
 
 class SingleAgentAdapter(VectorActionWrapper):
