@@ -43,6 +43,7 @@ def tune_stack(tmp_path_factory, mlflow_uri):
         local.stop()
 
 
+@pytest.mark.slow  # six trials through a server and a worker: about 8 minutes on 2 cores
 def test_a_study_prunes_retries_and_continues_without_repeating_trials(tune_stack, tmp_path, mlflow_uri):
     stack, markers = tune_stack
     sessions = tmp_path / "sessions"
