@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import find_checkpoints, load_checkpoint
+from digideep.pipeline.checkpoint import COMMIT_FILE, find_checkpoints, load_checkpoint
 from digideep.pipeline.reporting import Progress, progress_line
 from digideep.pipeline.runner import Counters, Runner
 from digideep.pipeline.session import Session
@@ -60,6 +60,7 @@ def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     torch.save({**stored, "counters": old_counters}, first.states_file)
     info = json.loads(first.runner_file.read_text())
     first.runner_file.write_text(json.dumps({**info, "counters": old_counters}))
+    (first.path / COMMIT_FILE).unlink()  # older versions wrote no commit record either
     assert load_checkpoint(first.path)[1]["counters"] == old_counters
 
     session = Session(root=tmp_path, name="run", resume=True, device="cpu")
