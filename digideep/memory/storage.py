@@ -85,8 +85,7 @@ class RamStorage:
         self._allocate(specs)
         rows = min(self.capacity, state.total + 1) if state.last_chunk_rows else 0
         if rows:
-            for key, ring in self.rings.items():
-                store.read_into(key, ring[:, :rows], 0, rows)
+            store.read_many([(key, ring[:, :rows], 0, rows) for key, ring in self.rings.items()])
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker (a view of the ring)."""
