@@ -116,7 +116,7 @@ class WindowWriter:
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
-        complete = []
+        complete, entered = [], False
         for key, pieces in task.rows.items():
             for start, stop, values, whole in pieces:
                 if whole:
@@ -124,11 +124,16 @@ class WindowWriter:
                     if window is not None and window.dirty:
                         complete.append((key, window))
                     self.windows[key] = _Window(start, stop, values)
+                    entered = True
                 else:
                     window = self.windows[key]
                     window.data[:, start - window.start : stop - window.start] = values
                     window.dirty = True
         self._write(complete)
+        if entered:  # copy the open windows' chunks to the undo area now, so a flush copies nothing
+            pos = task.state.pos
+            ahead = max((w.stop - 1 - pos for w in self.windows.values() if w.start <= pos), default=0)
+            self.durable.protect(self.total, self.total + max(0, ahead))
 
     def _write(self, windows: list[tuple[str, _Window]]) -> None:
         """Protect what the windows overwrite (one commit), then write each as one chunk per key."""
@@ -297,8 +302,12 @@ class WriteThroughStorage:
         self.wait()
 
     def checkpoint_committed(self, state: RingState) -> None:
+        """Make ``state`` the anchor and drop the old undo area: on a local disk now (a rename), on
+        object storage in the background (a listing and a batched delete, before any later write)."""
         self.wait()
-        self.zarr.checkpoint_committed(state)
+        local = self.location.is_local
+        if self.zarr.checkpoint_committed(state, drop=local) and not local:
+            self._run(self.zarr.store.drop_undo)
 
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Reread the committed state and the ring from Zarr."""

@@ -368,11 +368,17 @@ class ZarrStore:
             self.set_anchor(state, self.committed_specs)
         return self.committed, dict(self.committed_specs)
 
-    def set_anchor(self, state: RingState, specs: dict[str, KeySpec]) -> None:
-        """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area."""
+    def set_anchor(self, state: RingState, specs: dict[str, KeySpec], drop: bool = True) -> None:
+        """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area
+        (``drop=False``: the caller calls :meth:`drop_undo` before the next write)."""
         self._write_record(state, specs, state, tuple(specs), 0)
-        self.undo.drop(self.group)
         self.rowwise_undo = False
+        if drop:
+            self.drop_undo()
+
+    def drop_undo(self) -> None:
+        """Delete the undo area (the commit record no longer refers to it)."""
+        self.undo.drop(self.group)
 
     # -- reading -------------------------------------------------------------------------------
     def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:
