@@ -270,9 +270,19 @@ def bench_undo(root: Path, capacity: int, repeats: int = 5) -> None:
 
 
 def training_loop(
-    memory: object, chunks: list[dict[str, np.ndarray]], iterations: int, pause: float, every: int
+    memory: object,
+    chunks: list[dict[str, np.ndarray]],
+    iterations: int,
+    pause: float,
+    every: int,
+    backlog: list[float] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Store ``iterations`` chunks, checkpoint every ``every``; the store and checkpoint seconds."""
+    """Store ``iterations`` chunks, checkpoint every ``every``; the store and checkpoint seconds.
+
+    With ``backlog``, the loop waits for the background writer before each checkpoint (untimed in
+    the checkpoint, appended to ``backlog``): what a checkpoint costs once the writer caught up,
+    as it does when an iteration lasts longer than the writer needs for a chunk.
+    """
     stores, checkpoints = [], []
     for i in range(iterations):
         time.sleep(pause)  # explore and update: the background writer runs meanwhile
@@ -280,6 +290,10 @@ def training_loop(
         memory.store(chunks[i % len(chunks)])
         stores.append(time.perf_counter() - start)
         if (i + 1) % every == 0:
+            if backlog is not None:
+                start = time.perf_counter()
+                memory.wait()
+                backlog.append(time.perf_counter() - start)
             start = time.perf_counter()
             memory.flush()
             memory.checkpoint_committed()
@@ -301,13 +315,16 @@ def stage_child(where: str, capacity: int, pause: float, every: int, iterations:
     training_loop(memory, chunks, capacity // 1000 + 1, 0.0, every)
     memory.flush()
     memory.checkpoint_committed()
-    store, checkpoint = training_loop(memory, chunks, iterations, pause, every)
+    backlog: list[float] = []
+    store, checkpoint = training_loop(memory, chunks, iterations, pause, every, backlog)
     memory.close()
     return {
         "floor": float(np.median(stores)),
         "store": float(np.median(store)),
         "checkpoint": float(np.median(checkpoint)),
         "checkpoint_max": float(np.max(checkpoint)),
+        # the writer's time for one chunk: the backlog left after `every` stores with `pause` each
+        "writer": float(np.median(backlog)) / every + pause,
     }
 
 
@@ -385,7 +402,7 @@ def bench_stages(places: dict[str, str], trees: dict[str, Path], args: argparse.
             print(
                 f"  {name:<7} store {figures['store'] * 1e3:7.3f} ms ({figures['store'] / figures['floor']:4.2f} x "
                 f"RAM only {figures['floor'] * 1e3:.3f} ms)   checkpoint {figures['checkpoint'] * 1e3:8.1f} ms "
-                f"(max {figures['checkpoint_max'] * 1e3:.1f})",
+                f"(max {figures['checkpoint_max'] * 1e3:.1f})   writer ~{figures['writer'] * 1e3:.0f} ms a chunk",
                 flush=True,
             )
         if len(trees) == 2:
@@ -538,7 +555,7 @@ def main() -> None:
     parser.add_argument(
         "--before", default=BEFORE, help=f"git revision measured as 'before' (default {BEFORE}); '' for none"
     )
-    parser.add_argument("--pause", type=float, default=0.05, help="seconds of other work per iteration")
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds of other work per iteration")
     parser.add_argument("--every", type=int, default=10, help="iterations between checkpoints")
     parser.add_argument("--iterations", type=int, default=60, help="timed iterations after the fill")
     parser.add_argument("--resume-capacity", type=int, default=1_000_000, help="rows of the resume timing")

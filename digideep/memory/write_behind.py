@@ -1,18 +1,22 @@
 """The write-through storage: a RAM ring for sampling, every chunk written behind to Zarr.
 
-``store()`` writes the RAM ring, copies the rows it wrote and hands them to a background thread,
-so the training thread does not wait for the disk or the network. The thread writes Zarr in whole
-chunks: it keeps the current chunk-row window of every key (read from Zarr when it enters it, so
-rows it does not write keep their bytes) and writes the window when the ring moves past it. Chunks
-span all workers and about 4 MiB (:data:`~digideep.memory.storage.WRITE_THROUGH_CHUNK_BYTES`), so a
-window is one file or object per key, and ``flush()`` writes only the windows still open, one PUT
-per key, then the commit record. A memory's whole ring is never rewritten.
+``store()`` writes the RAM ring and hands copies to a background thread, so the training thread
+does not wait for the disk or the network. Zarr is written in whole chunks: when the ring enters a
+chunk-row window of a key, ``store()`` copies the whole window from the RAM ring (rows ahead of the
+write keep the bytes of the previous pass), later stores in it copy only their rows, and the thread
+writes the window, one file or object per key, all keys at once, when the ring moves past it.
+Nothing is read back from Zarr, and no chunk is partly rewritten. Chunks are at most 1/16 of the
+ring (:mod:`~digideep.memory.zarr_store`), so ``flush()`` writes only the windows still open, one
+PUT per key, then the commit record.
 
-Crash safety is the Zarr-only protocol (:class:`~digideep.memory.storage.ZarrStorage`): before a
-window is written, :meth:`~digideep.memory.storage.ZarrStorage.protect` copies the anchor's rows it
-overwrites to the undo area and shrinks the committed state, in one commit; a window rewrites rows
-it does not change with their own bytes; each file or object is written whole. So a process killed
-while the thread writes leaves the last commit readable and the newest checkpoint restorable.
+Crash safety is the Zarr-only protocol (:class:`~digideep.memory.storage.ZarrStorage`): when the
+ring enters windows, :meth:`~digideep.memory.storage.ZarrStorage.protect` copies their chunks, as
+they were at the anchor, to the undo area (whole objects: a server-side copy on object storage, a
+hard link on disk), before the first write of the window; before a window is written the committed
+state shrinks to the rows it keeps, in one commit; a window rewrites rows it does not change with
+their own bytes; each file or object is written whole. So a process killed while the thread writes
+leaves the last commit readable and the newest checkpoint restorable. After a checkpoint on object
+storage, the old undo area is deleted by the thread (before its next write), not by the checkpoint.
 
 Bounds and errors: at most ``max_pending`` chunks wait for the thread (``store()`` blocks when the
 queue is full), and the open windows hold one chunk per key. An error in the thread is raised by the

@@ -7,7 +7,7 @@ Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, 
     observations/zarr.json    one array per key, the key's path without its leading "/"
     observations/c/...        chunks of (workers, chunk_rows rows, *row_shape), uncompressed by default
     agents/agent/actions/...
-    _undo/observations/...    the undo area: rows of the anchor that later writes overwrote (below)
+    _undo/observations/...    the undo area: chunks of the anchor that later writes overwrote (below)
 
 Every array is shaped ``(num_workers, capacity, *row_shape)``; rows never written read as the nonify
 placeholder (the arrays' fill value). The commit record holds the format version, ``num_workers``,
@@ -19,7 +19,6 @@ the next time its key is stored.
 
 The undo area (:mod:`digideep.memory.undo`) makes the anchor restorable exactly however far the
 ring advanced since; it is deleted when the next anchor is committed.
-
 The record is one small JSON document written in a single store operation. With zarr >= 3.1.3 the
 ``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
 into place (zarr-developers/zarr-python#3412; earlier 3.x releases rewrote files in place, so a
@@ -51,7 +50,7 @@ from math import prod
 import numpy as np
 import zarr
 
-from digideep.memory.layout import KeySpec, fill_value
+from digideep.memory.layout import KeySpec, compressors, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState
 from digideep.memory.undo import UNDO, UndoArea
@@ -92,16 +91,6 @@ def _ring_state(record: dict) -> RingState:
     return RingState(*(int(record[k]) for k in _FIELDS))
 
 
-def _compressors(compression: str | None) -> object:
-    if compression is None or compression == "none":
-        return None
-    if compression == "zstd":
-        return zarr.codecs.ZstdCodec(level=1)
-    if compression == "lz4":
-        return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
-    raise ValueError(f"compression must be None, 'none', 'zstd' or 'lz4', got {compression!r}")
-
-
 class ZarrStore:
     """One memory's Zarr group: create or open it, write and read row ranges, commit the pointers.
 
@@ -136,7 +125,7 @@ class ZarrStore:
         self.capacity = capacity
         self.chunk_rows = chunk_rows
         self.chunk_bytes = chunk_bytes
-        self.compressors = _compressors(compression)
+        self.compressors = compressors(compression)
         self.name = name
         check_zarr_version()
         self.group: zarr.Group | None = None
