@@ -4,7 +4,8 @@
     python bench/bench_memory.py --capacity 200000    # quicker
     python bench/bench_memory.py --compression        # also compare Zarr compressors
     python bench/bench_memory.py --undo-only --capacity 200000   # only the undo area's cost
-    python bench/bench_memory.py --write-behind-only --s3         # store stage and checkpoint, disk and S3
+    python bench/bench_memory.py --write-behind-only --s3 --capacity 100000   # store, checkpoint,
+                                                      # resume of 1M rows, disk and S3, before/after
 
 HalfCheetah-sized transitions: observations and next observations 17 float32, actions 6 float32,
 rewards, terminals, truncations, masks, hidden state 1 float32 each (180 bytes a row). Data are
@@ -18,22 +19,23 @@ Measured on the 2-core development machine (capacity 1,000,000, 180 MB raw): sto
 rows 25-65 ms, load 0.2-0.8 s, peak RAM 1.09 x (store + flush) and 1.20 x (load) the raw size;
 disk mode: store 14 ms (about 1000 x), sample 256 in 55-70 ms (about 1500 x ram mode).
 
-The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.zarr_store``) is
-measured against a memory without a checkpoint anchor, alternating the two on the same chunks:
-the flush of 50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which
-deletes the area), and the area's size on disk. Measured on the 2-core development machine under
-other load (``--undo-only --capacity 200000``, three runs): 2.4 to 2.9 x the baseline flush
-(95-138 ms), ``checkpoint_committed`` about 1 ms (the area is deleted by a background thread;
-deleting it in line cost as much again), the area 14.5 MB, 1.6 x the raw size of the 50,000 rows
-(the one-column keys have one chunk per ring, copied whole).
+The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.undo``) is measured
+against a memory without a checkpoint anchor, alternating the two on the same chunks: the flush of
+50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which deletes the
+area), and the area's size on disk (``--undo-only``). Figures are in ``docs/memory.md``.
 
-The store stage and the checkpoint (``--write-behind-only``; ``--s3`` adds a moto S3 server on
-127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk per
-iteration (the rest of an iteration is a ``--pause`` sleep, during which the background writer
-runs) and checkpoints (``flush`` + ``checkpoint_committed``) every 50 iterations, after the ring
-wrapped once. Three memories run the same chunks: the write-behind memory, the code path before it
-(``bench/legacy_memory.py``: the store writes RAM only, the checkpoint's flush writes the 50,000
-rows), and a RAM-only memory (the store stage's floor). Figures are in ``docs/memory.md``.
+The store stage, the checkpoint and the resume (``--write-behind-only``; ``--s3`` adds a moto S3
+server on 127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk
+per iteration (plus ``--pause`` seconds of other work) and checkpoints (``flush`` +
+``checkpoint_committed``) every ``--every`` iterations, after the ring wrapped once. Before each
+checkpoint the loop waits for the background writer, untimed: the checkpoint is timed as training
+sees it when an iteration outlasts the writer's work for a chunk, and that work per chunk is
+printed beside it. The same loop runs in child processes on two code trees: ``--before`` (a git
+revision, extracted with ``git archive``) and the working tree ("after"), on a local temporary
+folder and on S3. Then a memory of ``--resume-capacity`` rows is filled, checkpointed, and a new
+memory restores it (the resume), timed; and one real SAC HalfCheetah-v5 iteration is timed (as
+``bench/bench_checkpoint.py`` runs it) to give the checkpoint as a share of an iteration (goal
+<= 5 %; resume goal <= 10 s). ``--iteration-seconds`` skips that and says so.
 """
 
 from __future__ import annotations
