@@ -90,3 +90,27 @@ def test_a_memory_of_layout_format_2_with_an_undo_area_of_rows_still_restores_ex
     resumed.flush()
     resumed.checkpoint_committed()
     assert json.loads((path / "zarr.json").read_text())["attributes"]["digideep_memory"]["format"] == 3
+
+
+def test_on_s3_the_undo_area_restores_chunks_copied_and_chunks_that_did_not_exist_at_the_checkpoint(
+    s3_env: dict, s3_bucket: str
+) -> None:
+    """A checkpoint before the ring filled: later stores create chunks it did not have (the restore
+    deletes them) and overwrite chunks it had (server-side copies bring them back)."""
+    url = f"s3://{s3_bucket}/m.zarr"
+    memory = Memory(url, W, 32)  # chunks of 2 rows
+    start = stream(memory, [9])
+    memory.flush()
+    checkpoint = memory.state_dict()
+    expected = {key: memory[key].copy() for key in memory}
+    memory.checkpoint_committed(checkpoint)
+    start = stream(memory, [9, 9, 9, 9], start)  # fills rows the checkpoint never had, then wraps
+    memory.flush()
+    memory.close()
+    resumed = Memory(url, W, 32)
+    resumed.restore(checkpoint)
+    assert resumed.state_dict() == checkpoint
+    for key, value in expected.items():
+        assert resumed[key].tobytes() == value.tobytes(), key
+    zarr_rows = resumed.storage.zarr.store.arrays["/rewards"][:]  # the store itself, not only the ring
+    assert zarr_rows[:, 10:].tobytes() == expected["/rewards"][:, 10:].tobytes()  # never-written rows
