@@ -111,6 +111,7 @@ class WindowWriter:
         self.durable = durable
         self.windows: dict[str, _Window] = {}
         self.total = 0  # total of the newest stored chunk: protect() covers every row up to it
+        self.pos = 0  # pos of the newest stored chunk
 
     def apply(self, task: _Task) -> None:
         """Take the rows of one store; write the windows the ring moved past (all keys at once)."""
@@ -134,10 +135,17 @@ class WindowWriter:
                     window.data[:, start - window.start : stop - window.start] = values
                     window.dirty = True
         self._write(complete)
-        if entered:  # copy the open windows' chunks to the undo area now, so a flush copies nothing
-            pos = task.state.pos
-            ahead = max((w.stop - 1 - pos for w in self.windows.values() if w.start <= pos), default=0)
-            self.durable.protect(self.total, self.total + max(0, ahead))
+        self.pos = task.state.pos
+        if entered:
+            self.protect_open()
+
+    def protect_open(self) -> None:
+        """Copy the open windows' chunks to the undo area now (as training runs), so a flush has
+        nothing to copy: rows up to the end of every open window count as overwritten."""
+        if not self.windows or not self.durable.store.is_open:
+            return
+        ahead = max((w.stop - 1 - self.pos for w in self.windows.values() if w.start <= self.pos), default=0)
+        self.durable.protect(self.total, self.total + max(0, ahead))
 
     def _write(self, windows: list[tuple[str, _Window]]) -> None:
         """Protect what the windows overwrite (one commit), then write each as one chunk per key."""
@@ -157,6 +165,8 @@ class WindowWriter:
     def reset(self) -> None:
         """Forget the open windows (after Zarr was changed by a load or a restore)."""
         self.windows = {}
+        store = self.durable.store
+        self.total, self.pos = (store.committed.total, store.committed.pos) if store.is_open else (0, 0)
 
 
 class WriteBehind:
@@ -307,11 +317,14 @@ class WriteThroughStorage:
 
     def checkpoint_committed(self, state: RingState) -> None:
         """Make ``state`` the anchor and drop the old undo area: on a local disk now (a rename), on
-        object storage in the background (a listing and a batched delete, before any later write)."""
+        object storage in the background (a listing and a batched delete, before any later write).
+        The chunks of the windows open now are then copied to the new undo area in the background."""
         self.wait()
         local = self.location.is_local
-        if self.zarr.checkpoint_committed(state, drop=local) and not local:
-            self._run(self.zarr.store.drop_undo)
+        if self.zarr.checkpoint_committed(state, drop=local):
+            if not local:
+                self._run(self.zarr.store.drop_undo)
+            self._run(self.windows.protect_open)  # the windows open at the checkpoint
 
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Reread the committed state and the ring from Zarr."""
