@@ -121,7 +121,7 @@ class WindowWriter:
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
-        complete, entered = [], False
+        complete = []
         for key, pieces in task.rows.items():
             for start, stop, values, whole in pieces:
                 if whole:
@@ -129,19 +129,20 @@ class WindowWriter:
                     if window is not None and window.dirty:
                         complete.append((key, window))
                     self.windows[key] = _Window(start, stop, values)
-                    entered = True
                 else:
                     window = self.windows[key]
                     window.data[:, start - window.start : stop - window.start] = values
                     window.dirty = True
         self._write(complete)
         self.pos = task.state.pos
-        if entered:
-            self.protect_open()
+        self.protect_open()
 
     def protect_open(self) -> None:
-        """Copy the open windows' chunks to the undo area now (as training runs), so a flush has
-        nothing to copy: rows up to the end of every open window count as overwritten."""
+        """Protect now (as training runs) what the stored rows overwrite, so a flush has nothing to
+        protect: the open windows' chunks go to the undo area (rows up to the end of every open
+        window count as overwritten; a window's chunk is copied once) and the committed state
+        shrinks by the rows stored (a commit when it changes, one small write per store once the
+        ring is full)."""
         if not self.windows or not self.durable.store.is_open:
             return
         ahead = max((w.stop - 1 - self.pos for w in self.windows.values() if w.start <= self.pos), default=0)
