@@ -4,7 +4,8 @@
     python bench/bench_memory.py --capacity 200000    # quicker
     python bench/bench_memory.py --compression        # also compare Zarr compressors
     python bench/bench_memory.py --undo-only --capacity 200000   # only the undo area's cost
-    python bench/bench_memory.py --write-behind-only --s3         # store stage and checkpoint, disk and S3
+    python bench/bench_memory.py --write-behind-only --s3 --capacity 100000   # store, checkpoint,
+                                                      # resume of 1M rows, disk and S3, before/after
 
 HalfCheetah-sized transitions: observations and next observations 17 float32, actions 6 float32,
 rewards, terminals, truncations, masks, hidden state 1 float32 each (180 bytes a row). Data are
@@ -18,40 +19,44 @@ Measured on the 2-core development machine (capacity 1,000,000, 180 MB raw): sto
 rows 25-65 ms, load 0.2-0.8 s, peak RAM 1.09 x (store + flush) and 1.20 x (load) the raw size;
 disk mode: store 14 ms (about 1000 x), sample 256 in 55-70 ms (about 1500 x ram mode).
 
-The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.zarr_store``) is
-measured against a memory without a checkpoint anchor, alternating the two on the same chunks:
-the flush of 50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which
-deletes the area), and the area's size on disk. Measured on the 2-core development machine under
-other load (``--undo-only --capacity 200000``, three runs): 2.4 to 2.9 x the baseline flush
-(95-138 ms), ``checkpoint_committed`` about 1 ms (the area is deleted by a background thread;
-deleting it in line cost as much again), the area 14.5 MB, 1.6 x the raw size of the 50,000 rows
-(the one-column keys have one chunk per ring, copied whole).
+The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.undo``) is measured
+against a memory without a checkpoint anchor, alternating the two on the same chunks: the flush of
+50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which deletes the
+area), and the area's size on disk (``--undo-only``). Figures are in ``docs/memory.md``.
 
-The store stage and the checkpoint (``--write-behind-only``; ``--s3`` adds a moto S3 server on
-127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk per
-iteration (the rest of an iteration is a ``--pause`` sleep, during which the background writer
-runs) and checkpoints (``flush`` + ``checkpoint_committed``) every 50 iterations, after the ring
-wrapped once. Three memories run the same chunks: the write-behind memory, the code path before it
-(``bench/legacy_memory.py``: the store writes RAM only, the checkpoint's flush writes the 50,000
-rows), and a RAM-only memory (the store stage's floor). Figures are in ``docs/memory.md``.
+The store stage, the checkpoint and the resume (``--write-behind-only``; ``--s3`` adds a moto S3
+server on 127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk
+per iteration (plus ``--pause`` seconds of other work) and checkpoints (``flush`` +
+``checkpoint_committed``) every ``--every`` iterations, after the ring wrapped once. Before each
+checkpoint the loop waits for the background writer, untimed: the checkpoint is timed as training
+sees it when an iteration outlasts the writer's work for a chunk, and that work per chunk is
+printed beside it. The same loop runs in child processes on two code trees: ``--before`` (a git
+revision, extracted with ``git archive``) and the working tree ("after"), on a local temporary
+folder and on S3. Then a memory of ``--resume-capacity`` rows is filled, checkpointed, and a new
+memory restores it (the resume), timed; and one real SAC HalfCheetah-v5 iteration is timed (as
+``bench/bench_checkpoint.py`` runs it) to give the checkpoint as a share of an iteration (goal
+<= 5 %; resume goal <= 10 s). ``--iteration-seconds`` skips that and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root (tests/s3.py)
+# the repository root (tests/s3.py), or the tree of the code measured as "before" (a child process)
+sys.path.insert(0, os.environ.get("BENCH_MEMORY_TREE") or str(Path(__file__).resolve().parents[1]))
 
 from digideep.memory import Memory, Sampler, uniform_transitions
 
@@ -74,6 +79,7 @@ SAMPLE_KEYS = [
     "/truncations",
 ]
 ROW_BYTES = 4 * sum(FEATURES.values())
+BEFORE = "ceb7a43"  # the write-behind memory before chunk capping and whole-chunk undo copies
 
 
 def make_chunk(rng: np.random.Generator, workers: int, rows: int) -> dict[str, np.ndarray]:
@@ -266,9 +272,19 @@ def bench_undo(root: Path, capacity: int, repeats: int = 5) -> None:
 
 
 def training_loop(
-    memory: object, chunks: list[dict[str, np.ndarray]], iterations: int, pause: float, every: int = 50
-) -> tuple[float, float]:
-    """Store ``iterations`` chunks, checkpoint every ``every``; median store and checkpoint seconds."""
+    memory: object,
+    chunks: list[dict[str, np.ndarray]],
+    iterations: int,
+    pause: float,
+    every: int,
+    backlog: list[float] | None = None,
+) -> tuple[list[float], list[float]]:
+    """Store ``iterations`` chunks, checkpoint every ``every``; the store and checkpoint seconds.
+
+    With ``backlog``, the loop waits for the background writer before each checkpoint (untimed in
+    the checkpoint, appended to ``backlog``): what a checkpoint costs once the writer caught up,
+    as it does when an iteration lasts longer than the writer needs for a chunk.
+    """
     stores, checkpoints = [], []
     for i in range(iterations):
         time.sleep(pause)  # explore and update: the background writer runs meanwhile
@@ -276,62 +292,163 @@ def training_loop(
         memory.store(chunks[i % len(chunks)])
         stores.append(time.perf_counter() - start)
         if (i + 1) % every == 0:
+            if backlog is not None:
+                start = time.perf_counter()
+                memory.wait()
+                backlog.append(time.perf_counter() - start)
             start = time.perf_counter()
             memory.flush()
             memory.checkpoint_committed()
             checkpoints.append(time.perf_counter() - start)
-    return float(np.median(stores)), float(np.median(checkpoints)) if checkpoints else float("nan")
+    return stores, checkpoints
 
 
-def bench_write_behind(where: str, label: str, capacity: int, pause: float) -> None:
-    """Store stage and checkpoint of the write-behind memory against the code path before it."""
-    from legacy_memory import Memory as LegacyMemory
+def stage_child(where: str, capacity: int, pause: float, every: int, iterations: int) -> dict[str, float]:
+    """Run in a process of the code under test: the store stage and the checkpoint, medians in seconds.
 
-    # The code before the split took every location as a local folder (an s3:// URL became a folder
-    # named "s3:"), so on object storage its figures are those of a local temporary folder.
-    remote = "://" in where and not where.startswith("file://")
-    legacy_where = tempfile.mkdtemp(prefix="bench-legacy-") if remote else where
+    The ring is filled (wrapped once, checkpoints included) without pauses, then ``iterations``
+    chunks are stored with ``pause`` seconds of other work each and a checkpoint every ``every``.
+    """
     rng = np.random.default_rng(6)
     chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
-    fill_iterations = capacity // 1000 + 1
-    measured = 100  # two checkpoints' worth, overwriting the rows of the previous checkpoint
+    floor = Memory(None, num_workers=1, capacity=capacity)
+    stores, _ = training_loop(floor, chunks, 200, 0.0, 10**9)
+    memory = Memory(f"{where}/behind.zarr", num_workers=1, capacity=capacity)
+    training_loop(memory, chunks, capacity // 1000 + 1, 0.0, every)
+    memory.flush()
+    memory.checkpoint_committed()
+    backlog: list[float] = []
+    store, checkpoint = training_loop(memory, chunks, iterations, pause, every, backlog)
+    memory.close()
+    return {
+        "floor": float(np.median(stores)),
+        "store": float(np.median(store)),
+        "checkpoint": float(np.median(checkpoint)),
+        "checkpoint_max": float(np.max(checkpoint)),
+        # the writer's time for one chunk: the backlog left after `every` stores with `pause` each
+        "writer": float(np.median(backlog)) / every + pause,
+    }
+
+
+def resume_child(where: str, capacity: int) -> dict[str, float]:
+    """Run in a process of the code under test: fill ``capacity`` rows, checkpoint, then time a resume
+    (a new memory restores the checkpoint's state: the RAM ring read back from Zarr)."""
+    rng = np.random.default_rng(7)
+    chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
+    memory = Memory(f"{where}/resume.zarr", num_workers=1, capacity=capacity)
+    start = time.perf_counter()
+    training_loop(memory, chunks, capacity // 1000 + 1, 0.0, 10**9)
+    memory.flush()
+    memory.checkpoint_committed()
+    fill = time.perf_counter() - start
+    state = memory.state_dict()
+    memory.close()
+    del memory
+    start = time.perf_counter()
+    resumed = Memory(f"{where}/resume.zarr", num_workers=1, capacity=capacity)
+    resumed.restore(state)
+    resume = time.perf_counter() - start
+    assert resumed.state_dict() == state and resumed.size == capacity - 1
+    return {"fill": fill, "resume": resume}
+
+
+def run_child(tree: Path, task: str, **kwargs: object) -> dict[str, float]:
+    """``stage_child`` or ``resume_child`` in a fresh process that imports digideep from ``tree``."""
+    env = {**os.environ, "BENCH_MEMORY_TREE": str(tree), "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps({"task": task, **kwargs})],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{task} child on {tree} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def before_tree(rev: str, root: Path) -> Path:
+    """The ``digideep`` package as of git revision ``rev``, extracted under ``root``."""
+    repo = Path(__file__).resolve().parents[1]
+    tree = root / f"before-{rev}"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", rev, "digideep"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    if not (tree / "digideep" / "memory" / "location.py").exists():
+        raise SystemExit(f"--before {rev}: that revision cannot write to a URL; pick one after the split")
+    return tree
+
+
+def bench_stages(places: dict[str, str], trees: dict[str, Path], args: argparse.Namespace) -> dict:
+    """The store stage and the checkpoint of each tree at each place (same chunks, same loop)."""
     results = {}
-    for name, make in (
-        ("ram only", lambda: Memory(None, num_workers=1, capacity=capacity)),
-        ("before (flush at checkpoint)", lambda: LegacyMemory(f"{legacy_where}/legacy.zarr", 1, capacity)),
-        ("write-behind", lambda: Memory(f"{where}/behind.zarr", num_workers=1, capacity=capacity)),
-    ):
-        memory = make()
-        training_loop(memory, chunks, fill_iterations, 0.0)  # fill the ring, checkpoints included
-        memory.flush()
-        memory.checkpoint_committed()
-        results[name] = training_loop(memory, chunks, measured, pause)
-        if hasattr(memory, "close"):
-            memory.close()
-    floor, _ = results["ram only"]
-    old_store, old_checkpoint = results["before (flush at checkpoint)"]
-    new_store, new_checkpoint = results["write-behind"]
-    print(f"{label}: store 1,000-step chunk, checkpoint every 50 (50,000 rows), capacity {capacity:,}")
-    if remote:
-        print("  (before: on local disk; the code before the split could not write to object storage)")
-    print(f"  {'store, RAM only (floor)':<44} {floor * 1e3:10.3f} ms")
-    print(f"  {'store, before (RAM only, Zarr at checkpoint)':<44} {old_store * 1e3:10.3f} ms")
-    print(
-        f"  {'store, write-behind':<44} {new_store * 1e3:10.3f} ms   {new_store / old_store:6.2f} x before, "
-        f"{new_store / floor:6.2f} x RAM only"
-    )
-    print(f"  {'checkpoint, before (flush 50,000 rows)':<44} {old_checkpoint * 1e3:10.3f} ms")
-    print(
-        f"  {'checkpoint, write-behind':<44} {new_checkpoint * 1e3:10.3f} ms   "
-        f"{new_checkpoint / old_checkpoint:6.3f} x before",
-        flush=True,
-    )
+    for label, where in places.items():
+        print(
+            f"{label}: store one 1,000-step chunk per iteration ({args.pause * 1e3:g} ms of other work), "
+            f"checkpoint every {args.every} ({args.every * 1000:,} rows), capacity {args.capacity:,}, "
+            f"{args.iterations} iterations after the ring wrapped",
+            flush=True,
+        )
+        for name, tree in trees.items():
+            figures = run_child(
+                tree,
+                "stage",
+                where=f"{where}/{name}",
+                capacity=args.capacity,
+                pause=args.pause,
+                every=args.every,
+                iterations=args.iterations,
+            )
+            results[(label, name)] = figures
+            print(
+                f"  {name:<7} store {figures['store'] * 1e3:7.3f} ms ({figures['store'] / figures['floor']:4.2f} x "
+                f"RAM only {figures['floor'] * 1e3:.3f} ms)   checkpoint {figures['checkpoint'] * 1e3:8.1f} ms "
+                f"(max {figures['checkpoint_max'] * 1e3:.1f})   writer ~{figures['writer'] * 1e3:.0f} ms a chunk",
+                flush=True,
+            )
+        if len(trees) == 2:
+            before, after = (results[(label, name)] for name in trees)
+            print(
+                f"  after / before: store {after['store'] / before['store']:.2f} x, "
+                f"checkpoint {after['checkpoint'] / before['checkpoint']:.3f} x",
+                flush=True,
+            )
+    return results
 
 
-def bench_s3(capacity: int, pause: float) -> None:
-    """The same loop with the memories on a moto S3 server on 127.0.0.1 (as tests/s3.py starts it)."""
-    import os
+def bench_resume(where: str, label: str, trees: dict[str, Path], capacity: int) -> dict:
+    results = {}
+    for name, tree in trees.items():
+        figures = run_child(tree, "resume", where=f"{where}/{name}", capacity=capacity)
+        results[name] = figures
+        verdict = "ok" if figures["resume"] <= 10 else "MISSED"
+        print(
+            f"{label}: resume {capacity:,} transitions, {name:<7} {figures['resume']:7.2f} s   target <= 10 s: "
+            f"{verdict}   (filling them took {figures['fill']:.1f} s)",
+            flush=True,
+        )
+    return results
 
+
+def iteration_seconds() -> float:
+    """One real SAC HalfCheetah-v5 training iteration (shipped params), as bench_checkpoint.py runs it."""
+    from bench_checkpoint import new_runner, timed_iteration
+
+    with tempfile.TemporaryDirectory(prefix="bench_memory_sac_") as tmp:
+        runner, session = new_runner(Path(tmp), "iteration")
+        try:
+            timed_iteration(runner)  # the warm start: random actions, learning starts after it
+            seconds, _ = timed_iteration(runner)
+        finally:
+            runner.close()
+            session.close()
+    return seconds
+
+
+@contextlib.contextmanager
+def s3_bucket() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (as tests/s3.py starts it) and a bucket on it: ``s3://name``."""
     from tests.s3 import moto_server
 
     with tempfile.TemporaryDirectory(prefix="bench_memory_moto_") as tmp:
@@ -339,7 +456,7 @@ def bench_s3(capacity: int, pause: float) -> None:
         server = next(servers)
         os.environ.update(server.env)
         try:
-            bench_write_behind(f"s3://{server.make_bucket('bench')}", "S3 (moto, 127.0.0.1)", capacity, pause)
+            yield f"s3://{server.make_bucket('bench')}"
         finally:
             servers.close()
 
@@ -434,29 +551,66 @@ def main() -> None:
     parser.add_argument(
         "--write-behind-only",
         action="store_true",
-        help="only the store stage and checkpoint, before and after",
+        help="only the store stage and checkpoint (before and after), the resume, the iteration",
     )
+    parser.add_argument("--s3", action="store_true", help="also run on a moto S3 server on 127.0.0.1")
     parser.add_argument(
-        "--s3", action="store_true", help="also run the store stage and checkpoint on moto S3"
+        "--before", default=BEFORE, help=f"git revision measured as 'before' (default {BEFORE}); '' for none"
     )
-    parser.add_argument("--pause", type=float, default=0.01, help="seconds of other work per iteration")
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds of other work per iteration")
+    parser.add_argument("--every", type=int, default=10, help="iterations between checkpoints")
+    parser.add_argument("--iterations", type=int, default=60, help="timed iterations after the fill")
+    parser.add_argument("--resume-capacity", type=int, default=1_000_000, help="rows of the resume timing")
+    parser.add_argument(
+        "--iteration-seconds",
+        type=float,
+        default=None,
+        help="a SAC HalfCheetah iteration's seconds (default: measure one real iteration)",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--peak-child", nargs=2, metavar=("TASK", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        job = json.loads(args.child)
+        task = job.pop("task")
+        print(json.dumps(stage_child(**job) if task == "stage" else resume_child(**job)))
+        return
     if args.peak_child:
         peak_child(args.peak_child[0], args.peak_child[1], args.capacity)
         return
     print(
         f"capacity {args.capacity:,} rows, {ROW_BYTES} bytes a row ({args.capacity * ROW_BYTES / 1e6:.0f} MB raw)"
     )
-    print(f"machine: {platform.processor() or platform.machine()}, {cpu_flags()}")
+    print(f"machine: {platform.processor() or platform.machine()}, {cpu_flags()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
         root = Path(tmp)
         if args.undo_only:
             bench_undo(root, args.capacity)
             return
-        bench_write_behind(str(root), "local disk", args.capacity, args.pause)
-        if args.s3:
-            bench_s3(args.capacity, args.pause)
+        trees = {"before": before_tree(args.before, root)} if args.before else {}
+        trees["after"] = Path(__file__).resolve().parents[1]
+        if args.before:
+            print(f"before: git revision {args.before}; after: the working tree", flush=True)
+        with contextlib.ExitStack() as stack:
+            places = {"local disk": str(root / "stages")}
+            if args.s3:
+                places["S3 (moto, 127.0.0.1)"] = stack.enter_context(s3_bucket())
+            stages = bench_stages(places, trees, args)
+            if args.s3:
+                bench_resume(places["S3 (moto, 127.0.0.1)"], "S3", trees, args.resume_capacity)
+            bench_resume(str(root / "resume"), "local disk", {"after": trees["after"]}, args.resume_capacity)
+        seconds = args.iteration_seconds
+        if seconds is None:
+            seconds = iteration_seconds()
+            print(f"one real SAC HalfCheetah-v5 iteration (shipped params): {seconds:.2f} s")
+        else:
+            print(f"one SAC HalfCheetah-v5 iteration: {seconds:.2f} s (given, not measured)")
+        for (label, name), figures in stages.items():
+            share = figures["checkpoint"] / seconds
+            print(
+                f"  checkpoint, {label}, {name}: {share * 100:.2f} % of an iteration   target <= 5 %: "
+                f"{'ok' if share <= 0.05 else 'MISSED'}"
+            )
         if args.write_behind_only:
             return
         bench_ram(root, args.capacity, None)

@@ -68,8 +68,8 @@ chunk, to a temporary file renamed into place, so a killed process leaves each f
 The **anchor** is the state of the newest checkpoint (``checkpoint_committed``). Every Zarr write
 (the background writer's, or ``store()`` in "disk" mode) and every ``flush()`` go:
 
-1. protect what the dirty rows overwrite, in one commit: rows the anchor holds that are
-   overwritten for the first time since it are first copied to the undo area
+1. protect what the dirty rows overwrite, in one commit: the chunks holding rows of the anchor
+   that are overwritten for the first time since it are first copied whole to the undo area
    (:mod:`digideep.memory.undo`), and the committed state shrinks to its untouched rows (same
    ``pos`` and ``total``, smaller ``size``) if the ring wrapped onto them;
 2. write the rows, in whole chunks (the write-behind thread) or slices (disk mode);

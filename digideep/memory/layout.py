@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import zarr
 
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["KeySpec", "check_key", "fill_value", "validate_chunk"]
+__all__ = ["KeySpec", "check_key", "compressors", "fill_value", "validate_chunk"]
 
 # numpy kinds a memory stores: bool, signed and unsigned ints, floats, complex.
 _KINDS = "biufc"
@@ -144,6 +145,17 @@ def validate_chunk(
     if new_specs:
         _check_no_nesting(list(specs) + list(new_specs), name)
     return rows, new_specs
+
+
+def compressors(compression: str | None) -> object:
+    """The zarr codecs of ``compression``: ``None``/``"none"``, ``"zstd"`` (level 1) or ``"lz4"`` (blosc, level 1)."""
+    if compression is None or compression == "none":
+        return None
+    if compression == "zstd":
+        return zarr.codecs.ZstdCodec(level=1)
+    if compression == "lz4":
+        return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
+    raise ValueError(f"compression must be None, 'none', 'zstd' or 'lz4', got {compression!r}")
 
 
 def _check_no_nesting(keys: list[str], name: str) -> None:

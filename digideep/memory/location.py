@@ -9,13 +9,20 @@ object whole (a PUT is atomic), so every file of the group is old or new after a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import zarr
 from zarr.core.sync import sync
 
-__all__ = ["Location"]
+__all__ = ["Location", "copy_objects", "delete_objects", "list_objects"]
+
+_CONCURRENCY = 32  # requests in flight for copies on object storage
 
 
 class Location:
@@ -73,3 +80,99 @@ class Location:
         if self.path is not None:
             return self.path.exists()
         return bool(sync(self.store(read_only=True).exists("zarr.json")))
+
+
+# -- whole objects (files) of a zarr store: the undo area copies chunks without decoding them -------
+
+
+def _local_root(store: Any) -> Path | None:
+    root = getattr(store, "root", None)
+    return Path(root) if root is not None else None
+
+
+def copy_objects(store: Any, pairs: list[tuple[str, str]]) -> list[bool]:
+    """Copy whole objects of ``store`` (keys relative to its root), ``[(source, destination), ...]``.
+
+    On object storage a server-side copy (no bytes through this process), all pairs concurrently;
+    on a local disk a hard link (a file copy where links are not supported) renamed into place,
+    so a destination is old or new after a crash. zarr writes every file to a temporary sibling
+    renamed into place, so a later write of the source never changes the copy.
+
+    Returns:
+        For each pair, ``False`` if the source does not exist (nothing copied), else ``True``.
+    """
+    root = _local_root(store)
+    if root is not None:
+        return [_link(root / source, root / destination) for source, destination in pairs]
+    return sync(_copy_remote(store.fs, store.path, pairs))
+
+
+def _link(source: Path, destination: Path) -> bool:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        try:
+            os.link(source, tmp)
+        except FileNotFoundError:
+            raise
+        except OSError:  # a file system without hard links
+            shutil.copyfile(source, tmp)
+    except FileNotFoundError:  # no source: nothing to copy
+        return False
+    os.replace(tmp, destination)
+    return True
+
+
+async def _copy_remote(fs: Any, prefix: str, pairs: list[tuple[str, str]]) -> list[bool]:
+    limit = asyncio.Semaphore(_CONCURRENCY)
+
+    async def one(source: str, destination: str) -> bool:
+        async with limit:
+            try:
+                await fs._cp_file(f"{prefix}/{source}", f"{prefix}/{destination}")
+            except FileNotFoundError:
+                return False
+            return True
+
+    return list(await asyncio.gather(*(one(a, b) for a, b in pairs)))
+
+
+def list_objects(store: Any, prefix: str) -> set[str]:
+    """Keys of every object under ``prefix`` (relative to the store's root), one listing."""
+    root = _local_root(store)
+    if root is not None:
+        folder = root / prefix
+        if not folder.exists():
+            return set()
+        return {
+            str(path.relative_to(root))
+            for path in folder.rglob("*")
+            if path.is_file() and not path.name.endswith(".tmp")
+        }
+    return sync(_list_remote(store.fs, store.path, prefix))
+
+
+async def _list_remote(fs: Any, root: str, prefix: str) -> set[str]:
+    try:
+        found = await fs._find(f"{root}/{prefix}")
+    except FileNotFoundError:
+        return set()
+    start = len(root.rstrip("/")) + 1
+    return {path[start:] for path in found}
+
+
+def delete_objects(store: Any, keys: list[str]) -> None:
+    """Delete objects of ``store`` (keys relative to its root); missing ones are fine."""
+    if not keys:
+        return
+    root = _local_root(store)
+    if root is not None:
+        for key in keys:
+            (root / key).unlink(missing_ok=True)
+        return
+    sync(_delete_remote(store.fs, store.path, keys))
+
+
+async def _delete_remote(fs: Any, root: str, keys: list[str]) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        await fs._rm([f"{root}/{key}" for key in keys])

@@ -37,8 +37,8 @@ class Memory:
         mode: ``"ram"`` (default: sampling reads a numpy ring, every chunk is written through to Zarr
             by a background thread) or ``"disk"`` (no ring: :meth:`store` writes Zarr, sampling reads
             Zarr; for memories larger than RAM, far slower, see ``docs/memory.md``).
-        zarr_chunk_rows: rows per Zarr chunk; ``None`` sizes chunks to about 4 MiB spanning all
-            workers (``"ram"``) or 256 KiB of one worker (``"disk"``).
+        zarr_chunk_rows: rows per Zarr chunk; ``None``: at most 1/16 of the ring and about 4 MiB
+            spanning all workers (``"ram"``) or 256 KiB of one worker (``"disk"``).
         compression: ``None`` (default), ``"zstd"`` or ``"lz4"`` (level 1); replay data barely
             compresses, so compression mostly costs time.
         name: shown in messages and logs; defaults to the group's stem.

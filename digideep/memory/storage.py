@@ -85,8 +85,7 @@ class RamStorage:
         self._allocate(specs)
         rows = min(self.capacity, state.total + 1) if state.last_chunk_rows else 0
         if rows:
-            for key, ring in self.rings.items():
-                store.read_into(key, ring[:, :rows], 0, rows)
+            store.read_many([(key, ring[:, :rows], 0, rows) for key, ring in self.rings.items()])
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker (a view of the ring)."""
@@ -170,19 +169,21 @@ class ZarrStorage:
             self.store.create_array(key, spec)
             self.specs[key] = spec
 
-    def protect(self, new_total: int) -> None:
+    def protect(self, new_total: int, undo_total: int | None = None) -> None:
         """Before writing rows up to ``new_total``, make the committed state and the anchor survive it.
 
-        Rows the anchor held that are about to be overwritten for the first time since it are
-        copied to the undo area; the committed state shrinks to the rows it keeps. Both are recorded
-        in one commit, before any of those rows is written.
+        Rows the anchor held that are about to be overwritten for the first time since it (up to
+        ``undo_total`` if given: copying ahead) are saved to the undo area, in whole chunks; the
+        committed state shrinks to the rows it keeps. Both are recorded in one commit, before any
+        of those rows is written.
         """
         store = self.store
         committed = store.committed
         keep = surviving_size(committed.size, new_total - committed.total, self.capacity)
         undo = store.undo_rows
         if store.anchor is not None:
-            undo = max(undo, rows_written_since(store.anchor, new_total, self.capacity))
+            ahead = new_total if undo_total is None else max(new_total, undo_total)
+            undo = max(undo, rows_written_since(store.anchor, ahead, self.capacity))
             if undo > store.undo_rows:
                 store.save_undo(undo)
         if keep < committed.size or undo > store.undo_rows:
@@ -225,8 +226,16 @@ class ZarrStorage:
     def wait(self) -> None:
         """Writes are synchronous: nothing in flight."""
 
-    def checkpoint_committed(self, state: RingState) -> None:
+    def checkpoint_committed(self, state: RingState, drop: bool = True) -> bool:
         """Make ``state`` (the flushed state a checkpoint now holds) the anchor; drop the undo area.
+
+        Args:
+            state: the flushed state.
+            drop: delete the old undo area now; ``False``: the caller calls
+                :meth:`ZarrStore.drop_undo` before the next write.
+
+        Returns:
+            Whether the anchor changed (so there may be an old area to delete).
 
         Raises:
             ValueError: if ``state`` is not the flushed state.
@@ -239,7 +248,9 @@ class ZarrStorage:
                 f"{flushed}; call flush() before saving the checkpoint"
             )
         if store.anchor != state or store.undo_rows:
-            store.set_anchor(state, store.committed_specs)
+            store.set_anchor(state, store.committed_specs, drop)
+            return True
+        return False
 
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Open the group; return its committed state and keys."""

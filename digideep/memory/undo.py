@@ -1,32 +1,61 @@
-"""The undo area of a memory's Zarr group: the anchor's rows that later writes overwrote.
+"""The undo area of a memory's Zarr group: the anchor's chunks that later writes overwrite.
 
 The anchor is the state of the newest checkpoint (:meth:`digideep.memory.Memory.checkpoint_committed`).
-Before a physical row is overwritten for the first time after the anchor, its bytes are copied to
-the same row of ``<group>/_undo/<key>`` (same shape, chunks and fill value as the key's array);
-the commit record then says how many rows, from ``anchor.pos`` on (circular), the area holds.
-Copying them back returns every array to its bytes at the anchor, however often the ring wrapped
-since. Each row is copied at most once per anchor, so the area never exceeds one ring.
+Before a chunk of a key's array is overwritten for the first time after the anchor, its object
+(file) is copied whole to the same key under ``<group>/_undo/<key>`` (an array of the same shape,
+chunks and fill value): a server-side copy on object storage, a hard link on a local disk, so no
+byte goes through this process and no chunk is read, decoded or partially rewritten. The commit
+record says how many rows, from ``anchor.pos`` on (circular), are covered; the chunks overlapping
+those rows are in the area, or were absent (never written) at the anchor. Copying them back (and
+deleting the chunks that were absent) returns every array to its bytes at the anchor, however often
+the ring wrapped since. Each chunk is copied at most once per anchor, so the area never exceeds one
+ring.
+
+Layout format 2 (before whole-chunk copies) saved rows, not chunks, into arrays whose other rows
+hold the fill value; an area of that format is still restored row by row (:meth:`UndoArea.apply_rows`)
+and, until the next anchor drops it, extended row by row.
 
 Dropping the area: a local folder is renamed away and deleted in the background; on object
-storage, which has no rename, the objects are deleted at once (the chunks are large, so that is
-one listing and one batched delete for a few dozen objects).
+storage, which has no rename, the objects are deleted (one listing and one batched delete).
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 import uuid
+from math import ceil
 
 import zarr
 
-from digideep.memory.location import Location
+from digideep.memory.location import Location, copy_objects, delete_objects, list_objects
 from digideep.memory.ring import ring_slices
 
-__all__ = ["UNDO", "UndoArea"]
+__all__ = ["UNDO", "UndoArea", "chunks_of_rows"]
 
 UNDO = "_undo"  # subgroup of the undo area
 _TRASH = "-deleted-"  # an undo area being deleted: "_undo-deleted-<hex>"
+
+
+def chunks_of_rows(start: int, count: int, capacity: int, rows: int) -> set[int]:
+    """Indices of the row chunks (``rows`` rows each) that rows ``start .. start + count`` (circular) touch."""
+    out: set[int] = set()
+    for a, b, _ in ring_slices(start, min(count, capacity), capacity):
+        out.update(range(a // rows, (b - 1) // rows + 1))
+    return out
+
+
+def _chunk_keys(array: zarr.Array, row_chunks: set[int]) -> list[str]:
+    """Store keys (below the array's folder) of every chunk object in the row chunks ``row_chunks``."""
+    grid = [range(ceil(n / c)) if n else range(0) for n, c in zip(array.shape, array.chunks, strict=True)]
+    encode = array.metadata.encode_chunk_key
+    return [
+        encode((w, index, *rest))
+        for index in sorted(row_chunks)
+        for w in grid[0]
+        for rest in itertools.product(*grid[2:])
+    ]
 
 
 class UndoArea:
@@ -50,9 +79,7 @@ class UndoArea:
             ValueError: if an array of the area is missing or has another shape.
         """
         if self.location.path is not None:
-            for trash in self.location.path.glob(
-                f"{UNDO}{_TRASH}*"
-            ):  # left by a process that ended meanwhile
+            for trash in self.location.path.glob(f"{UNDO}{_TRASH}*"):  # left by a process that ended
                 shutil.rmtree(trash, ignore_errors=True)
         self.arrays = {}
         for key in keys:
@@ -64,27 +91,74 @@ class UndoArea:
                 )
             self.arrays[key] = array
 
+    def _area_array(self, group: zarr.Group, key: str, source: zarr.Array) -> zarr.Array:
+        """The area's array of ``key``, created (dropping leftovers) at the first save since the anchor."""
+        if key not in self.arrays:
+            self.arrays[key] = group.create_array(
+                f"{UNDO}/{key[1:]}",
+                shape=source.shape,
+                chunks=source.chunks,
+                dtype=source.dtype,
+                fill_value=source.fill_value,
+                compressors=self.compressors,
+                overwrite=True,
+            )
+        return self.arrays[key]
+
+    # -- whole chunks (layout format 3) ----------------------------------------------------------
     def save(
-        self, group: zarr.Group, main: dict[str, zarr.Array], keys: tuple[str, ...], start: int, count: int
+        self,
+        group: zarr.Group,
+        main: dict[str, zarr.Array],
+        keys: tuple[str, ...],
+        start: int,
+        saved: int,
+        rows: int,
     ) -> None:
-        """Copy rows ``start .. start + count`` (circular) of ``main[key]`` for every key to the area."""
+        """Copy the chunks that rows ``start + saved .. start + rows`` (circular) touch and rows
+        ``start .. start + saved`` did not (those are in the area already), for every key."""
+        pairs = []
         for key in keys:
             source = main[key]
-            if key not in self.arrays:  # first save since the anchor: a fresh array
-                self.arrays[key] = group.create_array(
-                    f"{UNDO}/{key[1:]}",
-                    shape=source.shape,
-                    chunks=source.chunks,
-                    dtype=source.dtype,
-                    fill_value=source.fill_value,
-                    compressors=self.compressors,
-                    overwrite=True,
-                )
-            for a, b, _ in ring_slices(start, count, self.capacity):
-                self.arrays[key][:, a:b] = source[:, a:b]
+            chunk_rows = source.chunks[1]
+            new = chunks_of_rows(start, rows, self.capacity, chunk_rows)
+            new -= chunks_of_rows(start, saved, self.capacity, chunk_rows)
+            if not new:
+                continue
+            target = self._area_array(group, key, source)
+            pairs += [(f"{source.path}/{c}", f"{target.path}/{c}") for c in _chunk_keys(source, new)]
+        copy_objects(group.store, pairs)
 
-    def apply(self, main: dict[str, zarr.Array], keys: tuple[str, ...], start: int, count: int) -> None:
-        """Copy rows ``start .. start + count`` (circular) of the area back into ``main``."""
+    def apply(
+        self, group: zarr.Group, main: dict[str, zarr.Array], keys: tuple[str, ...], start: int, rows: int
+    ) -> None:
+        """Copy the area's chunks of rows ``start .. start + rows`` (circular) back into ``main``;
+        delete the main chunks that were absent at the anchor (the area has none for them)."""
+        pairs, absent = [], []
+        for key in keys:
+            source, target = self.arrays[key], main[key]
+            present = list_objects(group.store, source.path)
+            for c in _chunk_keys(target, chunks_of_rows(start, rows, self.capacity, target.chunks[1])):
+                if f"{source.path}/{c}" in present:
+                    pairs.append((f"{source.path}/{c}", f"{target.path}/{c}"))
+                else:
+                    absent.append(f"{target.path}/{c}")
+        copy_objects(group.store, pairs)
+        delete_objects(group.store, absent)
+
+    # -- rows (layout format 2, read and finished only) ------------------------------------------
+    def save_rows(
+        self, group: zarr.Group, main: dict[str, zarr.Array], keys: tuple[str, ...], start: int, count: int
+    ) -> None:
+        """Format 2: copy rows ``start .. start + count`` (circular) of ``main[key]`` to the area."""
+        for key in keys:
+            source = main[key]
+            target = self._area_array(group, key, source)
+            for a, b, _ in ring_slices(start, count, self.capacity):
+                target[:, a:b] = source[:, a:b]
+
+    def apply_rows(self, main: dict[str, zarr.Array], keys: tuple[str, ...], start: int, count: int) -> None:
+        """Format 2: copy rows ``start .. start + count`` (circular) of the area back into ``main``."""
         for key in keys:
             for a, b, _ in ring_slices(start, count, self.capacity):
                 main[key][:, a:b] = self.arrays[key][:, a:b]
@@ -93,10 +167,10 @@ class UndoArea:
         """Delete the area (call it once the commit record no longer refers to it).
 
         A local folder is renamed away (instant) and deleted by a background thread: deleting a
-        ring's worth of chunk files took as long as copying them (``bench/bench_memory.py
-        --undo-only``); a deletion cut short by the process's end is finished by the next
-        :meth:`open`. On object storage the objects are deleted now; leftovers of a deletion cut
-        short are overwritten when the next area is created.
+        ring's worth of chunk files took as long as copying them; a deletion cut short by the
+        process's end is finished by the next :meth:`open`. On object storage the objects are
+        deleted now; leftovers of a deletion cut short are deleted when the next area's array of
+        their key is created.
         """
         had = bool(self.arrays)
         self.arrays = {}

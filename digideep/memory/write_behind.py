@@ -1,18 +1,22 @@
 """The write-through storage: a RAM ring for sampling, every chunk written behind to Zarr.
 
-``store()`` writes the RAM ring, copies the rows it wrote and hands them to a background thread,
-so the training thread does not wait for the disk or the network. The thread writes Zarr in whole
-chunks: it keeps the current chunk-row window of every key (read from Zarr when it enters it, so
-rows it does not write keep their bytes) and writes the window when the ring moves past it. Chunks
-span all workers and about 4 MiB (:data:`~digideep.memory.storage.WRITE_THROUGH_CHUNK_BYTES`), so a
-window is one file or object per key, and ``flush()`` writes only the windows still open, one PUT
-per key, then the commit record. A memory's whole ring is never rewritten.
+``store()`` writes the RAM ring and hands copies to a background thread, so the training thread
+does not wait for the disk or the network. Zarr is written in whole chunks: when the ring enters a
+chunk-row window of a key, ``store()`` copies the whole window from the RAM ring (rows ahead of the
+write keep the bytes of the previous pass), later stores in it copy only their rows, and the thread
+writes the window, one file or object per key, all keys at once, when the ring moves past it.
+Nothing is read back from Zarr, and no chunk is partly rewritten. Chunks are at most 1/16 of the
+ring (:mod:`~digideep.memory.zarr_store`), so ``flush()`` writes only the windows still open, one
+PUT per key, then the commit record.
 
-Crash safety is the Zarr-only protocol (:class:`~digideep.memory.storage.ZarrStorage`): before a
-window is written, :meth:`~digideep.memory.storage.ZarrStorage.protect` copies the anchor's rows it
-overwrites to the undo area and shrinks the committed state, in one commit; a window rewrites rows
-it does not change with their own bytes; each file or object is written whole. So a process killed
-while the thread writes leaves the last commit readable and the newest checkpoint restorable.
+Crash safety is the Zarr-only protocol (:class:`~digideep.memory.storage.ZarrStorage`): when the
+ring enters windows, :meth:`~digideep.memory.storage.ZarrStorage.protect` copies their chunks, as
+they were at the anchor, to the undo area (whole objects: a server-side copy on object storage, a
+hard link on disk), before the first write of the window; before a window is written the committed
+state shrinks to the rows it keeps, in one commit; a window rewrites rows it does not change with
+their own bytes; each file or object is written whole. So a process killed while the thread writes
+leaves the last commit readable and the newest checkpoint restorable. After a checkpoint on object
+storage, the old undo area is deleted by the thread (before its next write), not by the checkpoint.
 
 Bounds and errors: at most ``max_pending`` chunks wait for the thread (``store()`` blocks when the
 queue is full), and the open windows hold one chunk per key. An error in the thread is raised by the
@@ -46,9 +50,14 @@ _STOP = object()
 
 @dataclass
 class _Task:
-    """Rows a store wrote: ``rows[key]`` is a list of ``(start, stop, (W, stop - start, ...) copy)``."""
+    """Rows a store wrote: ``rows[key]`` is a list of ``(start, stop, (W, stop - start, ...) copy, whole)``.
 
-    rows: dict[str, list[tuple[int, int, np.ndarray]]]
+    ``whole``: the piece is the whole chunk-row window ``[start, stop)`` the ring just entered, copied
+    from the RAM ring after the store (rows ahead of the store keep the bytes of the previous pass);
+    otherwise rows of the window already open.
+    """
+
+    rows: dict[str, list[tuple[int, int, np.ndarray, bool]]]
     new_specs: dict[str, KeySpec]
     state: RingState
 
@@ -57,11 +66,38 @@ class _Task:
 class _Window:
     """One chunk-row window ``[start, stop)`` of one key, all workers: ``data`` is ``(W, stop - start, ...)``."""
 
-    index: int
     start: int
     stop: int
     data: np.ndarray
-    dirty: bool = False
+    dirty: bool = True
+
+
+def split_windows(
+    ring: np.ndarray, pieces: Pieces, rows: int, current: int | None
+) -> tuple[list[tuple[int, int, np.ndarray, bool]], int | None]:
+    """Copies of what a store wrote to ``ring``, cut at chunk-row windows of ``rows`` rows.
+
+    A window the ring enters (not ``current``) is copied whole, so the writer thread never reads
+    Zarr to fill the rest of a chunk; rows of the ``current`` window are copied alone.
+
+    Returns:
+        The pieces for :class:`_Task` and the window the ring is in now.
+    """
+    capacity = ring.shape[1]
+    out = []
+    for a, b, _ in pieces:
+        row = a
+        while row < b:
+            index = row // rows
+            start, stop = index * rows, min(index * rows + rows, capacity)
+            end = min(b, stop)
+            if index != current:
+                current = index
+                out.append((start, stop, ring[:, start:stop].copy(), True))
+            else:
+                out.append((row, end, ring[:, row:end].copy(), False))
+            row = end
+    return out, current
 
 
 class WindowWriter:
@@ -75,71 +111,63 @@ class WindowWriter:
         self.durable = durable
         self.windows: dict[str, _Window] = {}
         self.total = 0  # total of the newest stored chunk: protect() covers every row up to it
-        # protect (the undo copy) in the background every eighth of the ring, so that a flush
-        # copies at most that many rows to the undo area
-        self.protect_rows = max(1, durable.capacity // 8)
-        self.protected = 0
+        self.pos = 0  # pos of the newest stored chunk
 
     def apply(self, task: _Task) -> None:
-        """Take the rows of one store; write the windows the ring moved past."""
+        """Take the rows of one store; write the windows the ring moved past (all keys at once)."""
         self.durable.ensure_open()
         if task.new_specs:
             self.durable.add_keys(task.new_specs)
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
-        if self.total - self.protected >= self.protect_rows:
-            self.durable.protect(self.total)
-            self.protected = self.total
+        complete = []
         for key, pieces in task.rows.items():
-            for start, stop, values in pieces:
-                self._put(key, start, stop, values)
+            for start, stop, values, whole in pieces:
+                if whole:
+                    window = self.windows.get(key)
+                    if window is not None and window.dirty:
+                        complete.append((key, window))
+                    self.windows[key] = _Window(start, stop, values)
+                else:
+                    window = self.windows[key]
+                    window.data[:, start - window.start : stop - window.start] = values
+                    window.dirty = True
+        self._write(complete)
+        self.pos = task.state.pos
+        self.protect_open()
 
-    def _put(self, key: str, start: int, stop: int, values: np.ndarray) -> None:
-        array = self.durable.store.arrays[key]
-        rows = array.chunks[1]
-        row = start
-        while row < stop:
-            index = row // rows
-            window = self.windows.get(key)
-            if window is None or window.index != index:
-                if window is not None and window.dirty:
-                    self._write(key, window)
-                window = self._enter(key, index, rows)
-            end = min(stop, window.stop)
-            window.data[:, row - window.start : end - window.start] = values[:, row - start : end - start]
-            window.dirty = True
-            row = end
+    def protect_open(self) -> None:
+        """Protect now (as training runs) what the stored rows overwrite, so a flush has nothing to
+        protect: the open windows' chunks go to the undo area (rows up to the end of every open
+        window count as overwritten; a window's chunk is copied once) and the committed state
+        shrinks by the rows stored (a commit when it changes, one small write per store once the
+        ring is full)."""
+        if not self.windows or not self.durable.store.is_open:
+            return
+        ahead = max((w.stop - 1 - self.pos for w in self.windows.values() if w.start <= self.pos), default=0)
+        self.durable.protect(self.total, self.total + max(0, ahead))
 
-    def _enter(self, key: str, index: int, rows: int) -> _Window:
-        """Open window ``index`` of ``key`` with the bytes Zarr holds there (placeholders if never written)."""
-        spec = self.durable.specs[key]
-        start = index * rows
-        stop = min(start + rows, self.durable.capacity)
-        data = np.empty((self.durable.num_workers, stop - start, *spec.shape), spec.dtype)
-        self.durable.store.read_into(key, data, start, stop)
-        window = _Window(index, start, stop, data)
-        self.windows[key] = window
-        return window
-
-    def _write(self, key: str, window: _Window) -> None:
+    def _write(self, windows: list[tuple[str, _Window]]) -> None:
+        """Protect what the windows overwrite (one commit), then write each as one chunk per key."""
+        if not windows:
+            return
         self.durable.protect(self.total)
-        self.protected = self.total
-        self.durable.store.write(key, window.start, window.stop, window.data)
-        window.dirty = False
+        self.durable.store.write_many([(key, w.start, w.stop, w.data) for key, w in windows])
+        for _, window in windows:
+            window.dirty = False
 
     def flush(self, state: RingState, specs: Mapping[str, KeySpec]) -> None:
         """Write the open windows (they stay open), then commit ``state``."""
         self.durable.ensure_open()
-        for key, window in self.windows.items():
-            if window.dirty:
-                self._write(key, window)
+        self._write([(key, window) for key, window in self.windows.items() if window.dirty])
         self.durable.commit(state, specs)
 
     def reset(self) -> None:
         """Forget the open windows (after Zarr was changed by a load or a restore)."""
         self.windows = {}
-        self.protected = self.durable.store.committed.total if self.durable.store.is_open else 0
+        store = self.durable.store
+        self.total, self.pos = (store.committed.total, store.committed.pos) if store.is_open else (0, 0)
 
 
 class WriteBehind:
@@ -239,6 +267,8 @@ class WriteThroughStorage:
         self.num_workers, self.capacity, self.name = ram.num_workers, ram.capacity, ram.name
         self.location = durable.location
         self.windows = WindowWriter(durable)
+        self.rows_of: dict[str, int] = {}  # rows per Zarr chunk of every key
+        self.current: dict[str, int] = {}  # the chunk-row window the ring is in, per key
         what = f"memory '{self.name}' at {durable.location}"
         self.behind = WriteBehind(self, what, max_pending) if write_behind else None
 
@@ -262,9 +292,12 @@ class WriteThroughStorage:
         if self.behind is not None:
             self.behind.check()  # refuse before changing the ring
         self.ram.write(chunk, pieces, new_specs, state)
-        rows = {
-            key: [(a, b, ring[:, a:b].copy()) for a, b, _ in pieces] for key, ring in self.ram.rings.items()
-        }
+        for key, spec in new_specs.items():
+            self.rows_of[key] = self.zarr.store.planned_rows(spec)
+        rows = {}
+        for key, ring in self.ram.rings.items():
+            chunk_rows = self.rows_of.get(key) or self.zarr.store.planned_rows(self.ram.specs[key])
+            rows[key], self.current[key] = split_windows(ring, pieces, chunk_rows, self.current.get(key))
         self._run(partial(self.windows.apply, _Task(rows, dict(new_specs), state)))
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
@@ -284,24 +317,38 @@ class WriteThroughStorage:
         self.wait()
 
     def checkpoint_committed(self, state: RingState) -> None:
+        """Make ``state`` the anchor and drop the old undo area: on a local disk now (a rename), on
+        object storage in the background (a listing and a batched delete, before any later write).
+        The chunks of the windows open now are then copied to the new undo area in the background."""
         self.wait()
-        self.zarr.checkpoint_committed(state)
+        local = self.location.is_local
+        if self.zarr.checkpoint_committed(state, drop=local):
+            if not local:
+                self._run(self.zarr.store.drop_undo)
+            self._run(self.windows.protect_open)  # the windows open at the checkpoint
 
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Reread the committed state and the ring from Zarr."""
         self.wait()
-        self.windows.reset()
         state, specs = self.zarr.load()
         self.ram.fill_from(self.zarr.store, state, specs)
+        self._reset()
         return state, specs
+
+    def _reset(self) -> None:
+        """Zarr was changed under the windows (a load or a restore): start afresh from the RAM ring."""
+        self.windows.reset()
+        self.current = {}
+        store = self.zarr.store
+        self.rows_of = {key: store.chunk_rows_of(key) for key in store.arrays} if store.is_open else {}
 
     def restore(self, target: RingState, current: RingState) -> RingState:
         """Return Zarr to ``target`` (undo area included), then reread the ring from it."""
         self.wait()
-        self.windows.reset()
         state = self.zarr.restore(target, current)
         if self.zarr.store.is_open:
             self.ram.fill_from(self.zarr.store, state, self.zarr.store.committed_specs)
+        self._reset()
         return state
 
     def close(self) -> None:

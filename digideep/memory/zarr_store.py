@@ -7,7 +7,7 @@ Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, 
     observations/zarr.json    one array per key, the key's path without its leading "/"
     observations/c/...        chunks of (workers, chunk_rows rows, *row_shape), uncompressed by default
     agents/agent/actions/...
-    _undo/observations/...    the undo area: rows of the anchor that later writes overwrote (below)
+    _undo/observations/...    the undo area: chunks of the anchor that later writes overwrote (below)
 
 Every array is shaped ``(num_workers, capacity, *row_shape)``; rows never written read as the nonify
 placeholder (the arrays' fill value). The commit record holds the format version, ``num_workers``,
@@ -19,7 +19,6 @@ the next time its key is stored.
 
 The undo area (:mod:`digideep.memory.undo`) makes the anchor restorable exactly however far the
 ring advanced since; it is deleted when the next anchor is committed.
-
 The record is one small JSON document written in a single store operation. With zarr >= 3.1.3 the
 ``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
 into place (zarr-developers/zarr-python#3412; earlier 3.x releases rewrote files in place, so a
@@ -30,20 +29,28 @@ cache back.
 
 Chunk shapes: a chunk spans ``chunk_workers`` workers (all of them for the write-through memory, so
 that one write of a row range is one file or object per key; one for the Zarr-only memory, whose
-sampling reads rows of one worker) and ``chunk_bytes // (chunk_workers * row_bytes)`` rows (at
-least 1, at most the capacity), unless ``chunk_rows`` fixes the rows.
+sampling reads rows of one worker) and ``chunk_bytes // (chunk_workers * row_bytes)`` rows, at
+least 1 and at most ``ceil(capacity / 16)`` for every key, the one-column keys included, unless
+``chunk_rows`` fixes the rows. So a flush rewrites only the chunks that rows stored since the last
+one touch, each one file or object, and the undo area copies whole chunks. Arrays written by an
+older version keep their chunk shapes (read from their metadata).
+
+Layout formats: 3 (this one), 2 (the undo area held rows copied into partly filled chunks; such an
+area is restored row by row), 1 (no undo area). All three load; a later format is refused in one
+line naming it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from math import prod
 
 import numpy as np
 import zarr
 
-from digideep.memory.layout import KeySpec, fill_value
+from digideep.memory.layout import KeySpec, compressors, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState
 from digideep.memory.undo import UNDO, UndoArea
@@ -53,8 +60,10 @@ __all__ = ["ATTR", "FORMAT", "ZARR_MIN", "ZarrStore", "check_zarr_version"]
 logger = logging.getLogger(__name__)
 
 ATTR = "digideep_memory"  # name of the group attribute that holds the commit record
-FORMAT = 2  # version of the layout above (1: no undo area; still read)
+FORMAT = 3  # version of the layout above (1: no undo area, 2: undo area of rows; both still read)
+RING_FRACTION = 16  # a chunk holds at most 1/16 of the ring, so a flush rewrites only the chunks it changes
 ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
+_THREADS = 8  # keys read or written at once (each read fetches up to zarr's async.concurrency chunks)
 _FIELDS = ("pos", "size", "total", "last_chunk_rows")
 
 try:  # read straight into the ring, without a temporary copy (zarr 3 API)
@@ -80,16 +89,6 @@ def check_zarr_version(version: str | None = None) -> None:
 
 def _ring_state(record: dict) -> RingState:
     return RingState(*(int(record[k]) for k in _FIELDS))
-
-
-def _compressors(compression: str | None) -> object:
-    if compression is None or compression == "none":
-        return None
-    if compression == "zstd":
-        return zarr.codecs.ZstdCodec(level=1)
-    if compression == "lz4":
-        return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
-    raise ValueError(f"compression must be None, 'none', 'zstd' or 'lz4', got {compression!r}")
 
 
 class ZarrStore:
@@ -126,7 +125,7 @@ class ZarrStore:
         self.capacity = capacity
         self.chunk_rows = chunk_rows
         self.chunk_bytes = chunk_bytes
-        self.compressors = _compressors(compression)
+        self.compressors = compressors(compression)
         self.name = name
         check_zarr_version()
         self.group: zarr.Group | None = None
@@ -137,6 +136,7 @@ class ZarrStore:
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
         self.undo = UndoArea(self.location, capacity, self.compressors, name)
+        self.rowwise_undo = False  # the undo area holds rows, not chunks (layout format 2, opened)
 
     # -- opening -------------------------------------------------------------------------------
     @property
@@ -160,6 +160,7 @@ class ZarrStore:
         self.group = self.location.open_group("w")
         self.arrays, self.undo.arrays = {}, {}
         self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
+        self.rowwise_undo = False
         self.commit(RingState(), {})
 
     def open(self) -> tuple[RingState, dict[str, KeySpec]]:
@@ -183,7 +184,7 @@ class ZarrStore:
                 f"memory '{self.name}': {self.location} is not a digideep memory (no Zarr group with a "
                 f"'{ATTR}' attribute); point the memory at its own folder"
             )
-        if record.get("format") not in (1, FORMAT):
+        if record.get("format") not in (1, 2, FORMAT):
             raise ValueError(
                 f"memory '{self.name}': {self.location} has layout format {record.get('format')!r}, this "
                 f"version reads format {FORMAT}; open it with the digideep version that wrote it"
@@ -223,6 +224,7 @@ class ZarrStore:
                 )
             self.arrays[key] = array
         self.undo.open(self.group, anchor_keys if undo_rows else (), self.arrays)
+        self.rowwise_undo = record.get("format") == 2 and undo_rows > 0
         self.committed, self.committed_specs = state, specs
         self.anchor, self.anchor_keys, self.undo_rows = anchor, anchor_keys, undo_rows
         return state, dict(specs)
@@ -243,12 +245,7 @@ class ZarrStore:
         assert self.group is not None
         if key.split("/")[1] == UNDO:
             raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the undo area; rename it")
-        if self.chunk_rows is not None:
-            rows = self.chunk_rows
-        else:
-            row_bytes = max(1, spec.dtype.itemsize * prod(spec.shape))
-            rows = self.chunk_bytes // (row_bytes * self.chunk_workers)
-        rows = max(1, min(self.capacity, rows))
+        rows = self.planned_rows(spec)
         self.arrays[key] = self.group.create_array(
             key[1:],
             shape=(self.num_workers, self.capacity, *spec.shape),
@@ -259,9 +256,32 @@ class ZarrStore:
             overwrite=True,
         )
 
+    def planned_rows(self, spec: KeySpec) -> int:
+        """Rows per chunk of a new array of ``spec``: ``chunk_rows``, or about ``chunk_bytes`` and at
+        most ``ceil(capacity / 16)`` (so one-column keys are not one chunk for the whole ring)."""
+        if self.chunk_rows is not None:
+            return max(1, min(self.capacity, self.chunk_rows))
+        row_bytes = max(1, spec.dtype.itemsize * prod(spec.shape))
+        rows = self.chunk_bytes // (row_bytes * self.chunk_workers)
+        return max(1, min(-(-self.capacity // RING_FRACTION), rows))
+
+    def chunk_rows_of(self, key: str) -> int:
+        """Rows per chunk of the array of ``key`` (an array of an older layout keeps its chunks)."""
+        return self.arrays[key].chunks[1]
+
     def write(self, key: str, start: int, stop: int, values: np.ndarray | np.generic) -> None:
         """Write rows ``start:stop`` of every worker; ``values`` is ``(W, stop - start, ...)`` or a scalar."""
         self.arrays[key][:, start:stop] = values
+
+    def write_many(self, writes: list[tuple[str, int, int, np.ndarray]]) -> None:
+        """:meth:`write` of several ``(key, start, stop, values)`` at once, the keys concurrently."""
+        if len(writes) <= 1:
+            for write in writes:
+                self.write(*write)
+            return
+        with ThreadPoolExecutor(min(len(writes), _THREADS)) as pool:
+            for future in [pool.submit(self.write, *write) for write in writes]:
+                future.result()
 
     def commit(self, state: RingState, specs: dict[str, KeySpec], undo_rows: int | None = None) -> None:
         """Replace the commit record in one atomic write. Call it after the data it describes.
@@ -282,7 +302,7 @@ class ZarrStore:
     ) -> None:
         assert self.group is not None
         record = {
-            "format": FORMAT,
+            "format": 2 if self.rowwise_undo else FORMAT,
             "num_workers": self.num_workers,
             "capacity": self.capacity,
             **state.as_dict(),
@@ -303,8 +323,11 @@ class ZarrStore:
         copy leaves the committed ``undo_rows`` as it was.
         """
         assert self.group is not None and self.anchor is not None
-        start = (self.anchor.pos + self.undo_rows) % self.capacity
-        self.undo.save(self.group, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
+        if self.rowwise_undo:
+            start = (self.anchor.pos + self.undo_rows) % self.capacity
+            self.undo.save_rows(self.group, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
+        else:
+            self.undo.save(self.group, self.arrays, self.anchor_keys, self.anchor.pos, self.undo_rows, rows)
 
     def restore(self, target: RingState) -> tuple[RingState, dict[str, KeySpec]]:
         """Return the store to ``target`` (a checkpoint's state) and make that the anchor.
@@ -321,18 +344,29 @@ class ZarrStore:
         """
         anchor = self.anchor
         if anchor is not None and self.undo_rows and target.total <= anchor.total:
-            self.undo.apply(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
+            if self.rowwise_undo:
+                self.undo.apply_rows(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
+            else:
+                self.undo.apply(self.group, self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             specs = {key: self.committed_specs[key] for key in self.anchor_keys}
             self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
             self.undo.drop(self.group)
+            self.rowwise_undo = False
         state = self.committed.rolled_back(target, self.capacity)
         if state != self.committed or self.anchor != state or self.undo_rows:
             self.set_anchor(state, self.committed_specs)
         return self.committed, dict(self.committed_specs)
 
-    def set_anchor(self, state: RingState, specs: dict[str, KeySpec]) -> None:
-        """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area."""
+    def set_anchor(self, state: RingState, specs: dict[str, KeySpec], drop: bool = True) -> None:
+        """Commit ``state`` as the anchor (a checkpoint holds it), then delete the undo area
+        (``drop=False``: the caller calls :meth:`drop_undo` before the next write)."""
         self._write_record(state, specs, state, tuple(specs), 0)
+        self.rowwise_undo = False
+        if drop:
+            self.drop_undo()
+
+    def drop_undo(self) -> None:
+        """Delete the undo area (the commit record no longer refers to it)."""
         self.undo.drop(self.group)
 
     # -- reading -------------------------------------------------------------------------------
@@ -343,6 +377,13 @@ class ZarrStore:
             self.arrays[key].get_basic_selection(selection, out=_NDBuffer.from_numpy_array(out))
         else:  # pragma: no cover
             out[...] = self.arrays[key][selection]
+
+    def read_many(self, reads: list[tuple[str, np.ndarray, int, int]]) -> None:
+        """:meth:`read_into` of several ``(key, out, start, stop)``, the keys concurrently (a resume
+        reads every chunk of a 1M-row memory on object storage in parallel, not one after another)."""
+        with ThreadPoolExecutor(max(1, min(len(reads), _THREADS))) as pool:
+            for future in [pool.submit(self.read_into, *read) for read in reads]:
+                future.result()
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker: ``(W, stop - start, ...)``."""

@@ -12,6 +12,7 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
+from digideep.memory.undo import UndoArea
 from digideep.memory.zarr_store import ZarrStore, check_zarr_version
 
 from .chunks import make_chunk
@@ -235,7 +236,8 @@ def store_phase(memory: Memory, start: int, flush_every: int) -> None:
 
 
 def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int]:
-    """Raise at the ``point``-th write from now on: a Zarr array slice (ring, undo area) or a commit."""
+    """Raise at the ``point``-th write from now on: a Zarr array slice (ring), a copy of chunks to the
+    undo area, or a commit."""
     calls = {"n": 0}
 
     def counting(original):
@@ -249,6 +251,7 @@ def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int
 
     monkeypatch.setattr(zarr.Array, "__setitem__", counting(zarr.Array.__setitem__))
     monkeypatch.setattr(ZarrStore, "_write_record", counting(ZarrStore._write_record))
+    monkeypatch.setattr(UndoArea, "save", counting(UndoArea.save))  # chunk copies (links, not zarr writes)
     return calls
 
 
