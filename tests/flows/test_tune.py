@@ -13,10 +13,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from flows.local_stack import LocalStack
 from mlflow import MlflowClient
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from digideep_stack.local_stack import LocalStack
 from tests.flows.test_train_flow import free_port, start, wait
 
 PARAMS = str(Path(__file__).with_name("tune_params.py"))
