@@ -3,17 +3,22 @@
     .venv/bin/python bench/bench_orchestration.py            # default: ~7.5 minutes
     .venv/bin/python bench/bench_orchestration.py --quick    # ~1.5 minutes
     .venv/bin/python bench/bench_orchestration.py --only ppo --pairs 3
+    .venv/bin/python bench/bench_orchestration.py --only ppo --server postgres [--tuned batching|all]
 
 Drivers, same params, seed and session layout, all with MLflow tracking on (a fresh
-``sqlite:///<tmp>/mlflow.db``), all in this process, alternated (plain, flow, [flow-1task], plain, ...):
+``sqlite:///<tmp>/mlflow.db``), all in this process, alternated (plain, stage, iteration, auto, plain, ...):
 
 * **plain**: ``open_run(...)`` + ``run_training(handle)`` (``Runner.train()`` calling each stage);
-* **flow**: ``flows.train.train(params=..., cpanel=..., session_name=..., session_path=tmp)`` on
-  Prefect's ephemeral server (its own ``PREFECT_HOME`` under the temporary folder, analytics off):
-  every stage is one task run, 4 per iteration plus the epoch-end stages;
-* **flow-1task** (PPO only): one task run per iteration (explore, store, sample and update in one
-  task), defined here; the train flow has since shipped the same grouping as ``tasks="iteration"``
-  (``Runner.schedule(per_iteration=True)``), and the figures below were taken with this prototype.
+* **stage**, **iteration**, **auto** (the last two PPO only): ``flows.train.train(params=...,
+  cpanel=..., session_name=..., session_path=tmp, tasks=...)``: a task run per stage (4 per
+  iteration plus the epoch-end stages), one per iteration, or the flow's choice from the first
+  iterations' timing (``TaskGranularity``).
+
+Servers (``--server``): **sqlite**, Prefect's ephemeral server (a subprocess on SQLite with its own
+``PREFECT_HOME`` under the temporary folder, analytics off); **postgres**, PostgreSQL and the Prefect
+server on it with basic auth, started by the stack's own code (``digideep_stack.stack.Stack``, as
+``make stack-up`` does) on free ports. ``--tuned batching|all`` gives the server the settings in ``TUNED``
+(task-run recorder and event persister batching; ``all`` also turns automations and event streaming off).
 
 Params: the shipped ``params/mujoco_sac.py`` and ``params/mujoco_ppo.py`` on HalfCheetah-v5 with
 cpanel overrides that only shorten the run (``number_epochs`` 1, a small ``epoch_size``) and, for SAC,
@@ -29,7 +34,8 @@ overhead** = (sum outer - sum inner) / task runs. **Per-iteration time** = time 
 consecutive ``update`` stages, the first iteration left out (the epoch-end stages come only at the
 end of these one-epoch runs: they are in the loop time). CPU: this process's main thread and its
 other threads (Prefect's event and log workers, MLflow's sender, the stats sampler), and the
-ephemeral server's process beyond its idle rate (measured during the plain runs, when it idles).
+server's processes (PostgreSQL's included, with the children they reaped) beyond their idle rate
+(measured during the plain runs, when they idle).
 The task runs the server recorded (``/task_runs/count``, completed) are checked against those made.
 Last, Prefect's fixed cost: 100/500 back-to-back runs of a task that does nothing.
 
@@ -228,9 +234,12 @@ def run_flow(driver: str, params: str, cpanel: dict[str, Any], root: Path, name:
     if not state.is_completed():
         raise RuntimeError(f"the {driver} flow ended {state.type}: {state.message}")
     record = RECORDS[-1]
-    time.sleep(2.0)  # let the server record the last events
-    record.task_runs = recorded_task_runs(state.state_details.flow_run_id)
-    return record
+    deadline = time.perf_counter() + 20  # the server records events in batches, flushed every 5 s
+    while True:
+        time.sleep(1.0)
+        record.task_runs = recorded_task_runs(state.state_details.flow_run_id)
+        if record.task_runs >= record.calls_with_work or time.perf_counter() > deadline:
+            return record
 
 
 def recorded_task_runs(flow_run_id: Any) -> int:
@@ -286,15 +295,20 @@ def noop_task_runs(count: int, idle_rate: float) -> dict[str, float]:
     return {"wall": seconds / count, "server": server / count, "lag": lag, "done": done, "drained": drained}
 
 
-TUNED = {  # server settings tried against the defaults (Prefect 3.8; see docs/tracking-prefect.md)
-    # the task-run recorder writes task-run states one event at a time by default (batch size 1)
+BATCHING = {  # Prefect 3.8's task-run recorder writes task-run states one event at a time by default
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
-    # automations (the stack's crash detection is its watcher, not an automation) and event streaming
-    "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
-    "PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false",
+}
+TUNED = {  # server settings tried against the defaults (see docs/tracking-prefect.md)
+    "batching": BATCHING,
+    # and no automations (the stack's crash detection is its watcher, not one) or event streaming
+    "all": BATCHING
+    | {
+        "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+        "PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false",
+    },
 }
 
 
@@ -440,7 +454,7 @@ def main() -> None:
         help="sqlite: Prefect's ephemeral server on SQLite; postgres: PostgreSQL and a Prefect server "
         "with basic auth, as make stack-up runs them",
     )
-    parser.add_argument("--tuned", action="store_true", help="the server settings in TUNED")
+    parser.add_argument("--tuned", choices=tuple(TUNED), help="server settings from TUNED")
     parser.add_argument("--epoch-size", type=int, help="iterations per run (overrides the cpanel's)")
     parser.add_argument("--noop", type=int, help="no-op task runs at the end (default 500, quick 100)")
     args = parser.parse_args()
@@ -454,10 +468,13 @@ def main() -> None:
         os.environ["PREFECT_HOME"] = str(root / "prefect")  # a fresh database, shared with no other job
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
         os.environ.pop("PREFECT_API_URL", None)  # the ephemeral server, unless --server postgres
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")  # loaded cores
         if args.tuned:
-            os.environ.update(TUNED)
+            os.environ.update(TUNED[args.tuned])
         stack = start_postgres_server(root) if args.server == "postgres" else None
-        print(f"server: {args.server}{' with ' + ' '.join(TUNED) if args.tuned else ', default settings'}")
+        print(
+            f"server: {args.server}{' with ' + ' '.join(f'{k}={v}' for k, v in TUNED[args.tuned].items()) if args.tuned else ', default settings'}"
+        )
         logging.basicConfig(level=logging.WARNING)
         for handler in logging.getLogger().handlers:  # the flow sets digideep's loggers to INFO
             handler.setLevel(logging.WARNING)

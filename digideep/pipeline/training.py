@@ -231,12 +231,13 @@ def run_training(
 TASK_BUDGET = 0.03
 """The share of an iteration's work that orchestration may cost (``tasks="auto"``)."""
 
-SERVER_SECONDS_PER_TASK_RUN = 0.020
+SERVER_SECONDS_PER_TASK_RUN = 0.040
 """Server CPU per task run that ``tasks="auto"`` adds to the cost it measures in the flow's thread.
 
 The server's share cannot be seen from the flow; this is what ``bench/bench_orchestration.py``
-measured on a 2-core machine sharing its cores with the server (SQLite: ~20 ms; PostgreSQL: see
-docs/tracking-prefect.md). Counting it keeps the choice right where the server shares the cores.
+measured for the stack's Prefect server on PostgreSQL (40-50 ms per task run, PostgreSQL's own
+processes included; SQLite's ephemeral server: ~20 ms), see docs/tracking-prefect.md. Counting it
+keeps the choice right where the server shares the machine's cores, and errs towards fewer tasks.
 """
 
 
