@@ -39,24 +39,26 @@ server's processes (PostgreSQL's included, with the children they reaped) beyond
 The task runs the server recorded (``/task_runs/count``, completed) are checked against those made.
 Last, Prefect's fixed cost: 100/500 back-to-back runs of a task that does nothing.
 
-Measured on the shared 2-core development machine (other engineers' jobs kept both cores busy, so
-wall figures move by a few % between runs), default (435 s) and ``--quick`` (86 s) against plain:
+Measured on the shared 2-core development machine. Earlier (SQLite ephemeral server, load from
+other jobs), default run and ``--quick`` against plain:
 
-    SAC   8.3 s/iteration  flow: wall +2.8 % / +3.4 %, in-thread 0.30 / 0.33 %, CPU +2.6 / +0.9 %;
-                           a default run makes 4.13 task runs/iteration, ~29 per minute
-    PPO  0.66 s/iteration  flow: wall +12.7 % / +17.2 %, in-thread 2.4 / 3.3 %, CPU +14.9 / +22 %;
-                           a default run makes 4.13 task runs/iteration, ~330 per minute
-                     flow-1task: wall +4.1 % / +6.0 %, in-thread 1.0 / 1.1 %, CPU +5.1 / +8.2 %
-    per task run: 2-6 ms in the flow's thread + 18-23 ms of server CPU (events into SQLite), the
-    same for a no-op task; the server records at most ~2,500 task runs a minute here, the client
-    makes ~20,000-30,000 (500 no-op runs: all recorded, 10.8 s after the flow ended).
+    SAC   8.3 s/iteration  a task per stage: wall +2.8 % / +3.4 %, CPU +2.6 / +0.9 %
+    PPO  0.66 s/iteration  a task per stage: wall +12.7 % / +17.2 %, CPU +14.9 / +22 %
+                        a task per iteration: wall +4.1 % / +6.0 %, CPU +5.1 / +8.2 %
 
-Why PPO misses the 3 % goal: 4 task runs per 0.66 s iteration cost ~20 ms in the loop's thread
-(2.4-3.3 %) and ~80 ms of server CPU, which on saturated cores slows the stage bodies themselves
-(+10-16 %, while this process's own CPU grows by only ~3 %). SAC's 8 s iterations hide the same
-cost. Fixes: fewer task runs per iteration (one task per iteration, prototyped here as flow-1task:
-4 x fewer; or one per epoch), more work per iteration (more workers), or a Prefect server on
-another machine (only the in-thread part stays).
+Now, PPO only (``--only ppo --epoch-size 8 --pairs 2 --noop 100``, load average 4 to 11 on the 2
+cores, so whole-run wall and CPU ratios moved by 10-50 % between repeats of one driver): per task
+run, in the flow's thread + server CPU, and the cost of an iteration (1.8-1.9 s of CPU) with the
+server counted, a task per stage / a task per iteration:
+
+    SQLite ephemeral server        6-9 ms + 32-37 ms (no-op: 28.5 ms)   9.9 % / 2.7 %
+    PostgreSQL (stack), defaults   9-13 ms + 40-50 ms (no-op: 41.3 ms)  13.5 % / 3.9 %
+    PostgreSQL, --tuned all        7-8 ms + 10-16 ms (no-op: 6.6 ms)    5.7 % / 1.0 %
+    PostgreSQL, --tuned batching   4-6 ms + 10-13 ms (no-op: 6.4 ms)    4.8 % / 1.4 %
+
+No server setting brings PPO's task per stage under 3 %; a task per iteration meets it on the tuned
+PostgreSQL server, and ``tasks="auto"`` (the flow's default) chooses it for PPO from the measured
+iteration time while SAC's 8 s iterations keep a task per stage.
 """
 
 from __future__ import annotations
