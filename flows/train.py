@@ -137,10 +137,22 @@ def stage_timeouts(runner_params: dict[str, Any]) -> dict[str, float | None]:
     return timeouts
 
 
-def dispatch(key: str, runner: Runner, stage_tasks: dict[str, Any], tasks: str) -> StageCall:
+def dispatch(
+    key: str, runner: Runner, stage_tasks: dict[str, Any], tasks: str, timeouts: dict[str, float | None]
+) -> StageCall:
     """The driver's call for each stage: its task, or with ``tasks="auto"`` once iterations prove short,
-    explore, store and sample held back and run with the update in one ``iterate`` task."""
-    chooser = TaskGranularity() if tasks == "auto" else None
+    explore, store and sample held back and run with the update in one ``iterate`` task.
+
+    ``auto`` keeps a task per stage when ``runner.stage_timeouts`` times some iteration stages but
+    gives ``iterate`` no timeout: grouping them would drop those timeouts.
+    """
+    groupable = timeouts["iterate"] is not None or all(timeouts[s] is None for s in ITERATION_STAGES)
+    if tasks == "auto" and not groupable:
+        get_run_logger().info(
+            "tasks=auto: a task per stage, as runner.stage_timeouts times some iteration stages but not "
+            "'iterate' (give 'iterate' a timeout to let short iterations run as one task)"
+        )
+    chooser = TaskGranularity() if tasks == "auto" and groupable else None
 
     def call(stage: str, _: Any) -> Any:
         if chooser is not None and chooser.per_iteration and stage in ITERATION_STAGES:
@@ -245,7 +257,7 @@ def train(
             for stage, stage_task in STAGE_TASKS.items()
         }
         reason = run_training(
-            handle, dispatch(key, runner, stage_tasks, tasks), per_iteration=tasks == "iteration"
+            handle, dispatch(key, runner, stage_tasks, tasks, timeouts), per_iteration=tasks == "iteration"
         )
     finally:
         _RUNNERS.pop(key, None)
