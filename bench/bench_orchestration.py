@@ -3,17 +3,22 @@
     .venv/bin/python bench/bench_orchestration.py            # default: ~7.5 minutes
     .venv/bin/python bench/bench_orchestration.py --quick    # ~1.5 minutes
     .venv/bin/python bench/bench_orchestration.py --only ppo --pairs 3
+    .venv/bin/python bench/bench_orchestration.py --only ppo --server postgres [--tuned batching|all]
 
 Drivers, same params, seed and session layout, all with MLflow tracking on (a fresh
-``sqlite:///<tmp>/mlflow.db``), all in this process, alternated (plain, flow, [flow-1task], plain, ...):
+``sqlite:///<tmp>/mlflow.db``), all in this process, alternated (plain, stage, iteration, auto, plain, ...):
 
 * **plain**: ``open_run(...)`` + ``run_training(handle)`` (``Runner.train()`` calling each stage);
-* **flow**: ``flows.train.train(params=..., cpanel=..., session_name=..., session_path=tmp)`` on
-  Prefect's ephemeral server (its own ``PREFECT_HOME`` under the temporary folder, analytics off):
-  every stage is one task run, 4 per iteration plus the epoch-end stages;
-* **flow-1task** (PPO only): one task run per iteration (explore, store, sample and update in one
-  task), defined here; the train flow has since shipped the same grouping as ``tasks="iteration"``
-  (``Runner.schedule(per_iteration=True)``), and the figures below were taken with this prototype.
+* **stage**, **iteration**, **auto** (the last two PPO only): ``flows.train.train(params=...,
+  cpanel=..., session_name=..., session_path=tmp, tasks=...)``: a task run per stage (4 per
+  iteration plus the epoch-end stages), one per iteration, or the flow's choice from the first
+  iterations' timing (``TaskGranularity``).
+
+Servers (``--server``): **sqlite**, Prefect's ephemeral server (a subprocess on SQLite with its own
+``PREFECT_HOME`` under the temporary folder, analytics off); **postgres**, PostgreSQL and the Prefect
+server on it with basic auth, started by the stack's own code (``digideep_stack.stack.Stack``, as
+``make stack-up`` does) on free ports. ``--tuned batching|all`` gives the server the settings in ``TUNED``
+(task-run recorder and event persister batching; ``all`` also turns automations and event streaming off).
 
 Params: the shipped ``params/mujoco_sac.py`` and ``params/mujoco_ppo.py`` on HalfCheetah-v5 with
 cpanel overrides that only shorten the run (``number_epochs`` 1, a small ``epoch_size``) and, for SAC,
@@ -29,28 +34,31 @@ overhead** = (sum outer - sum inner) / task runs. **Per-iteration time** = time 
 consecutive ``update`` stages, the first iteration left out (the epoch-end stages come only at the
 end of these one-epoch runs: they are in the loop time). CPU: this process's main thread and its
 other threads (Prefect's event and log workers, MLflow's sender, the stats sampler), and the
-ephemeral server's process beyond its idle rate (measured during the plain runs, when it idles).
+server's processes (PostgreSQL's included, with the children they reaped) beyond their idle rate
+(measured during the plain runs, when they idle).
 The task runs the server recorded (``/task_runs/count``, completed) are checked against those made.
 Last, Prefect's fixed cost: 100/500 back-to-back runs of a task that does nothing.
 
-Measured on the shared 2-core development machine (other engineers' jobs kept both cores busy, so
-wall figures move by a few % between runs), default (435 s) and ``--quick`` (86 s) against plain:
+Measured on the shared 2-core development machine. Earlier (SQLite ephemeral server, load from
+other jobs), default run and ``--quick`` against plain:
 
-    SAC   8.3 s/iteration  flow: wall +2.8 % / +3.4 %, in-thread 0.30 / 0.33 %, CPU +2.6 / +0.9 %;
-                           a default run makes 4.13 task runs/iteration, ~29 per minute
-    PPO  0.66 s/iteration  flow: wall +12.7 % / +17.2 %, in-thread 2.4 / 3.3 %, CPU +14.9 / +22 %;
-                           a default run makes 4.13 task runs/iteration, ~330 per minute
-                     flow-1task: wall +4.1 % / +6.0 %, in-thread 1.0 / 1.1 %, CPU +5.1 / +8.2 %
-    per task run: 2-6 ms in the flow's thread + 18-23 ms of server CPU (events into SQLite), the
-    same for a no-op task; the server records at most ~2,500 task runs a minute here, the client
-    makes ~20,000-30,000 (500 no-op runs: all recorded, 10.8 s after the flow ended).
+    SAC   8.3 s/iteration  a task per stage: wall +2.8 % / +3.4 %, CPU +2.6 / +0.9 %
+    PPO  0.66 s/iteration  a task per stage: wall +12.7 % / +17.2 %, CPU +14.9 / +22 %
+                        a task per iteration: wall +4.1 % / +6.0 %, CPU +5.1 / +8.2 %
 
-Why PPO misses the 3 % goal: 4 task runs per 0.66 s iteration cost ~20 ms in the loop's thread
-(2.4-3.3 %) and ~80 ms of server CPU, which on saturated cores slows the stage bodies themselves
-(+10-16 %, while this process's own CPU grows by only ~3 %). SAC's 8 s iterations hide the same
-cost. Fixes: fewer task runs per iteration (one task per iteration, prototyped here as flow-1task:
-4 x fewer; or one per epoch), more work per iteration (more workers), or a Prefect server on
-another machine (only the in-thread part stays).
+Now, PPO only (``--only ppo --epoch-size 8 --pairs 2 --noop 100``, load average 4 to 11 on the 2
+cores, so whole-run wall and CPU ratios moved by 10-50 % between repeats of one driver): per task
+run, in the flow's thread + server CPU, and the cost of an iteration (1.8-1.9 s of CPU) with the
+server counted, a task per stage / a task per iteration:
+
+    SQLite ephemeral server        6-9 ms + 32-37 ms (no-op: 28.5 ms)   9.9 % / 2.7 %
+    PostgreSQL (stack), defaults   9-13 ms + 40-50 ms (no-op: 41.3 ms)  13.5 % / 3.9 %
+    PostgreSQL, --tuned all        7-8 ms + 10-16 ms (no-op: 6.6 ms)    5.7 % / 1.0 %
+    PostgreSQL, --tuned batching   4-6 ms + 10-13 ms (no-op: 6.4 ms)    4.8 % / 1.4 %
+
+No server setting brings PPO's task per stage under 3 %; a task per iteration meets it on the tuned
+PostgreSQL server, and ``tasks="auto"`` (the flow's default) chooses it for PPO from the measured
+iteration time while SAC's 8 s iterations keep a task per stage.
 """
 
 from __future__ import annotations
@@ -60,7 +68,9 @@ import contextlib
 import itertools
 import logging
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,12 +90,12 @@ RUNS = {  # params module -> cpanel overrides (default, quick) and the drivers c
     "params.mujoco_sac": (
         {"number_epochs": 1, "epoch_size": 5, "learning_starts": 1000},
         {"number_epochs": 1, "epoch_size": 2, "learning_starts": 1000},
-        ("plain", "flow"),
+        ("plain", "stage"),
     ),
     "params.mujoco_ppo": (
         {"number_epochs": 1, "epoch_size": 50},
         {"number_epochs": 1, "epoch_size": 5},
-        ("plain", "flow", "flow-1task"),
+        ("plain", "stage", "iteration", "auto"),
     ),
 }
 WARM_UP = ("params.mujoco_ppo", {"number_epochs": 1, "epoch_size": 1, "n_steps": 64})
@@ -105,6 +115,7 @@ class Record:
     cpu_server: float = 0.0  # of child processes (the ephemeral Prefect server)
     iterations: int = 0
     task_runs: int = 0  # set by the driver
+    calls_with_work: int = 0  # driver calls that ran a stage body (a task run, for the flows)
 
     @property
     def loop(self) -> float:
@@ -127,11 +138,12 @@ RECORDS: list[Record] = []
 
 
 def _cpu_children() -> float:
+    """CPU seconds of the servers this process started: live descendants and those they reaped."""
     total = 0.0
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             times = child.cpu_times()
-            total += times.user + times.system
+            total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
@@ -175,13 +187,14 @@ def instrument_runner() -> None:
             setattr(self, stage, timed_stage(stage, getattr(self, stage)))
 
         def timed_call(stage: str, function: Callable[[], Any]) -> Any:
-            start = time.perf_counter()
+            start, bodies = time.perf_counter(), len(record.inner)
             try:
                 return call(stage, function)
             finally:
                 now = time.perf_counter()
                 record.outer.append((stage, now - start))
-                if stage == "update":
+                record.calls_with_work += len(record.inner) > bodies or stage not in ITERATION
+                if stage in ("update", "iterate"):
                     record.update_ends.append(now)
 
         (main, other), server = _cpu_threads(), _cpu_children()
@@ -208,62 +221,27 @@ def run_plain(params: str, cpanel: dict[str, Any], root: Path, name: str) -> Rec
     return RECORDS[-1]
 
 
-def _one_task_flow() -> Callable[..., Any]:
-    """The prototype: ``flows.train.train`` with one task run per iteration."""
-    from prefect import flow, task
-    from prefect.cache_policies import NO_CACHE
-
-    from digideep.pipeline.training import open_run, run_training
-
-    runners: dict[str, Any] = {}
-
-    @task(name="stages", cache_policy=NO_CACHE, persist_result=False, task_run_name="{label}")
-    def run_stages(key: str, stages: list[str], label: str) -> Any:
-        result = None
-        for stage in stages:
-            result = getattr(runners[key], stage)()
-        return result
-
-    @flow(name="train-1task", persist_result=False)
-    def train_one_task(params: str, cpanel: dict[str, Any], session_name: str, session_path: str) -> str:
-        handle = open_run(params, cpanel, session_name=session_name, session_path=session_path)
-        key = str(handle.session.path)
-        runners[key] = runner = handle.runner
-        pending: list[str] = []
-
-        def call(stage: str, _: Callable[[], Any]) -> Any:
-            if stage in ITERATION[:-1]:  # explore, store, sample: run with the update, in its task
-                pending.append(stage)
-                return None
-            stages = [*pending, stage]
-            pending.clear()
-            return run_stages(key, stages, runner.stage_label(stage))
-
-        try:
-            return run_training(handle, call)
-        finally:
-            runners.pop(key, None)
-
-    return train_one_task
-
-
-_FLOWS: dict[str, Callable[..., Any]] = {}
-
-
 def run_flow(driver: str, params: str, cpanel: dict[str, Any], root: Path, name: str) -> Record:
-    if not _FLOWS:
-        from flows.train import train
+    """``flows.train.train`` with ``tasks=driver`` (stage, iteration or auto)."""
+    from flows.train import train
 
-        _FLOWS.update({"flow": train, "flow-1task": _one_task_flow()})
-    state = _FLOWS[driver](
-        params=params, cpanel=dict(cpanel), session_name=name, session_path=str(root), return_state=True
+    state = train(
+        params=params,
+        cpanel=dict(cpanel),
+        session_name=name,
+        session_path=str(root),
+        tasks=driver,
+        return_state=True,
     )
     if not state.is_completed():
         raise RuntimeError(f"the {driver} flow ended {state.type}: {state.message}")
     record = RECORDS[-1]
-    time.sleep(2.0)  # let the server record the last events
-    record.task_runs = recorded_task_runs(state.state_details.flow_run_id)
-    return record
+    deadline = time.perf_counter() + 20  # the server records events in batches, flushed every 5 s
+    while True:
+        time.sleep(1.0)
+        record.task_runs = recorded_task_runs(state.state_details.flow_run_id)
+        if record.task_runs >= record.calls_with_work or time.perf_counter() > deadline:
+            return record
 
 
 def recorded_task_runs(flow_run_id: Any) -> int:
@@ -282,7 +260,7 @@ def run_driver(driver: str, params: str, cpanel: dict[str, Any], root: Path, nam
     if driver == "plain":
         return run_plain(params, cpanel, root, name)
     record = run_flow(driver, params, cpanel, root, name)
-    expected = sum(1 for stage, _ in record.outer if driver == "flow" or stage not in ITERATION[:-1])
+    expected = record.calls_with_work
     if record.task_runs != expected:
         print(f"  WARNING: the server recorded {record.task_runs} completed task runs of {expected} made")
     return record
@@ -317,6 +295,73 @@ def noop_task_runs(count: int, idle_rate: float) -> dict[str, float]:
     server = _cpu_children() - server - idle_rate * drained
     lag = time.perf_counter() - flow_end
     return {"wall": seconds / count, "server": server / count, "lag": lag, "done": done, "drained": drained}
+
+
+BATCHING = {  # Prefect 3.8's task-run recorder writes task-run states one event at a time by default
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+}
+TUNED = {  # server settings tried against the defaults (see docs/tracking-prefect.md)
+    "batching": BATCHING,
+    # and no automations (the stack's crash detection is its watcher, not one) or event streaming
+    "all": BATCHING
+    | {
+        "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+        "PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false",
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_postgres_server(root: Path) -> Any:
+    """PostgreSQL and the Prefect server on it with basic auth, as ``make stack-up`` starts them
+    (:class:`digideep_stack.stack.Stack`), on free ports under ``root``; this process becomes its client."""
+    from digideep_stack.stack import Stack, StackConfig
+
+    root.chmod(0o755)  # PostgreSQL runs as the postgres user, who must reach its cluster folder
+    config = StackConfig(
+        data=root / "stack",
+        env_file=root / ".env",
+        postgres_port=free_port(),
+        prefect_port=free_port(),
+        workers=0,
+        deploy=False,
+    )
+    stack = Stack(config, announce=lambda line: print(f"  {line}"))
+    try:
+        stack.start_postgres()
+        stack.start_prefect()
+    except BaseException:
+        stack.stop()
+        raise
+    os.environ["PREFECT_API_URL"] = stack.prefect_api
+    os.environ["PREFECT_API_AUTH_STRING"] = stack.secrets["PREFECT_API_AUTH_STRING"]
+    return stack
+
+
+def machine() -> str:
+    """CPU capability torch uses, the relevant lscpu flags, cores and load."""
+    import torch
+
+    flags: set[str] = set()
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Flags:"):
+                flags = set(line.split()[1:])
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return (
+        f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"lscpu flags {' '.join(f for f in wanted if f in flags) or '-'}; {os.cpu_count()} cores, "
+        f"load average {load}"
+    )
 
 
 def stop_ephemeral_server() -> None:
@@ -372,7 +417,7 @@ def report(params: str, cpanel: dict[str, Any], runs: dict[str, list[Record]], i
             f"             {tasks:.2f} task runs/iteration ({rate:.0f}/minute) x {1e3 * per_task:.1f} ms in the "
             f"loop's thread = {100 * tasks * per_task / base_iteration:.2f} % of a plain iteration"
         )
-        if driver == "flow":
+        if driver == "stage":
             by_stage: dict[str, list[float]] = {}
             for r in records:
                 for (stage, outer), (_, inner) in zip(r.outer, r.inner, strict=True):
@@ -391,10 +436,10 @@ def report(params: str, cpanel: dict[str, Any], runs: dict[str, list[Record]], i
     shipped = load_params_module(params).cpanel
     epoch = shipped["epoch_size"]
     default_tasks = 4 + (1 + 1 / shipped["test_interval"] + 1 / shipped["save_interval"]) / epoch
-    headline["flow"]["rate"] = default_tasks * 60 / headline["flow"]["iteration"]
+    headline["stage"]["rate"] = default_tasks * 60 / headline["stage"]["iteration"]
     print(
-        f"  a default run ({shipped['number_epochs']} epochs x {epoch} iterations) of the flow: "
-        f"{default_tasks:.2f} task runs per iteration, ~{headline['flow']['rate']:.0f} per minute at this speed"
+        f"  a default run ({shipped['number_epochs']} epochs x {epoch} iterations) with a task per stage: "
+        f"{default_tasks:.2f} task runs per iteration, ~{headline['stage']['rate']:.0f} per minute at this speed"
     )
     return headline
 
@@ -404,7 +449,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round of short runs (~2 minutes)")
     parser.add_argument("--pairs", type=int, default=None, help="rounds of drivers (default 2, quick 1)")
     parser.add_argument("--only", choices=("sac", "ppo"), help="one algorithm only")
+    parser.add_argument(
+        "--server",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="sqlite: Prefect's ephemeral server on SQLite; postgres: PostgreSQL and a Prefect server "
+        "with basic auth, as make stack-up runs them",
+    )
+    parser.add_argument("--tuned", choices=tuple(TUNED), help="server settings from TUNED")
+    parser.add_argument("--epoch-size", type=int, help="iterations per run (overrides the cpanel's)")
+    parser.add_argument("--noop", type=int, help="no-op task runs at the end (default 500, quick 100)")
     args = parser.parse_args()
+    print(machine())
     rounds = args.pairs or (1 if args.quick else 2)
     started = time.perf_counter()
     repository = Path(__file__).resolve().parents[1]
@@ -413,7 +469,14 @@ def main() -> None:
         os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
         os.environ["PREFECT_HOME"] = str(root / "prefect")  # a fresh database, shared with no other job
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
-        os.environ.pop("PREFECT_API_URL", None)  # the ephemeral server
+        os.environ.pop("PREFECT_API_URL", None)  # the ephemeral server, unless --server postgres
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")  # loaded cores
+        if args.tuned:
+            os.environ.update(TUNED[args.tuned])
+        stack = start_postgres_server(root) if args.server == "postgres" else None
+        print(
+            f"server: {args.server}{' with ' + ' '.join(f'{k}={v}' for k, v in TUNED[args.tuned].items()) if args.tuned else ', default settings'}"
+        )
         logging.basicConfig(level=logging.WARNING)
         for handler in logging.getLogger().handlers:  # the flow sets digideep's loggers to INFO
             handler.setLevel(logging.WARNING)
@@ -423,14 +486,16 @@ def main() -> None:
         sessions = root / "sessions"
         warm = time.perf_counter()
         run_plain(*WARM_UP, sessions, "warm-plain")
-        run_flow("flow", *WARM_UP, sessions, "warm-flow")
-        print(f"warm-up (imports, ephemeral server start, first runs): {time.perf_counter() - warm:.1f} s")
+        run_flow("stage", *WARM_UP, sessions, "warm-flow")
+        print(f"warm-up (imports, server start, first runs): {time.perf_counter() - warm:.1f} s")
         measured: dict[str, tuple[dict[str, Any], dict[str, list[Record]]]] = {}
         for params, (default, quick, drivers) in RUNS.items():
             short = params.rsplit("_", 1)[-1]
             if args.only and args.only != short:
                 continue
-            cpanel = quick if args.quick else default
+            cpanel = dict(quick if args.quick else default)
+            if args.epoch_size:
+                cpanel["epoch_size"] = args.epoch_size
             runs: dict[str, list[Record]] = {driver: [] for driver in drivers}
             for round_ in range(rounds):
                 for driver in drivers:
@@ -439,11 +504,11 @@ def main() -> None:
             measured[params] = (cpanel, runs)
         all_plain = [r for _, runs in measured.values() for r in runs["plain"]]
         idle_rate = sum(r.cpu_server for r in all_plain) / sum(r.loop for r in all_plain)
-        print(f"the ephemeral server idles at {100 * idle_rate:.1f} % of a core (during the plain runs)")
+        print(f"the server idles at {100 * idle_rate:.1f} % of a core (during the plain runs)")
         results = {
             params: report(params, cpanel, runs, idle_rate) for params, (cpanel, runs) in measured.items()
         }
-        count = 100 if args.quick else 500
+        count = args.noop or (100 if args.quick else 500)
         noop = noop_task_runs(count, idle_rate)
         print(
             f"\nno-op task runs, {count} back to back: {1e3 * noop['wall']:.1f} ms each in the flow's thread "
@@ -452,6 +517,8 @@ def main() -> None:
             f"minute), {1e3 * noop['server']:.1f} ms of server CPU per task run"
         )
         stop_ephemeral_server()  # before its database folder goes
+        if stack is not None:
+            stack.stop()
     print("\nsummary against plain (goal <= +3 %):")
     for params, headline in results.items():
         for driver, figures in headline.items():
@@ -461,7 +528,8 @@ def main() -> None:
                 f"{figures['tasks']:.2f} task runs/iteration"
                 + (f", default run ~{figures['rate']:.0f} task runs/minute" if "rate" in figures else "")
             )
-    print(f"\ntotal bench time {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    print(f"\n{machine()}")
+    print(f"total bench time {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -23,14 +24,26 @@ from prefect.runtime import deployment as deployment_runtime
 from prefect.runtime import flow_run as flow_run_runtime
 
 from digideep.errors import UsageError
-from digideep.pipeline.runner import ITERATION_STAGES, Runner
+from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
-from digideep.pipeline.training import close_run, open_run, run_training
+from digideep.pipeline.training import TaskGranularity, close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, trial_tags
 from digideep.utility.location import Location
 
 _RUNNERS: dict[str, Runner] = {}
 """Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
+
+_BODY_SECONDS: dict[str, float] = {}
+"""Seconds the last stage body of each flow run took, inside its task (for ``tasks="auto"``)."""
+
+
+def _run(key: str, stage: str) -> Any:
+    """Run ``stage`` of flow run ``key``'s Runner, timing the body."""
+    start = time.perf_counter()
+    try:
+        return getattr(_RUNNERS[key], stage)()
+    finally:
+        _BODY_SECONDS[key] = time.perf_counter() - start
 
 
 # One task per stage, named after it, so that the UI's filters, tag-based concurrency limits and
@@ -44,49 +57,49 @@ _STAGE_TASK = {"cache_policy": NO_CACHE, "persist_result": False, "task_run_name
 @task(**_STAGE_TASK)
 def explore(key: str, label: str) -> int:
     """Collect one chunk with the train explorer; the frames it collected."""
-    return _RUNNERS[key].explore()
+    return _run(key, "explore")
 
 
 @task(**_STAGE_TASK)
 def store(key: str, label: str) -> int:
     """Keep the chunk in every memory."""
-    return _RUNNERS[key].store()
+    return _run(key, "store")
 
 
 @task(**_STAGE_TASK)
 def sample(key: str, label: str) -> int:
     """Draw each agent's minibatches for this iteration."""
-    return _RUNNERS[key].sample()
+    return _run(key, "sample")
 
 
 @task(**_STAGE_TASK)
 def update(key: str, label: str) -> dict[str, float]:
     """Update each agent from its batches; the update's metrics."""
-    return _RUNNERS[key].update()
+    return _run(key, "update")
 
 
 @task(**_STAGE_TASK)
 def iterate(key: str, label: str) -> dict[str, float]:
     """A whole iteration (explore, store, sample, update) as one task, for short iterations."""
-    return _RUNNERS[key].iterate()
+    return _run(key, "iterate")
 
 
 @task(**_STAGE_TASK)
 def test(key: str, label: str) -> float:
     """Run the test explorer; the mean test return."""
-    return _RUNNERS[key].test()
+    return _run(key, "test")
 
 
 @task(**_STAGE_TASK)
 def log(key: str, label: str) -> dict[str, float]:
     """Report the epoch: console, session log, MLflow."""
-    return _RUNNERS[key].log()
+    return _run(key, "log")
 
 
 @task(**_STAGE_TASK)
 def checkpoint(key: str, label: str) -> str:
     """Save a checkpoint of the whole run; its path."""
-    return _RUNNERS[key].checkpoint()
+    return _run(key, "checkpoint")
 
 
 STAGE_TASKS = {t.name: t for t in (explore, store, sample, update, iterate, test, log, checkpoint)}
@@ -124,6 +137,37 @@ def stage_timeouts(runner_params: dict[str, Any]) -> dict[str, float | None]:
     return timeouts
 
 
+def dispatch(
+    key: str, runner: Runner, stage_tasks: dict[str, Any], tasks: str, timeouts: dict[str, float | None]
+) -> StageCall:
+    """The driver's call for each stage: its task, or with ``tasks="auto"`` once iterations prove short,
+    explore, store and sample held back and run with the update in one ``iterate`` task.
+
+    ``auto`` keeps a task per stage when ``runner.stage_timeouts`` times some iteration stages but
+    gives ``iterate`` no timeout: grouping them would drop those timeouts.
+    """
+    groupable = timeouts["iterate"] is not None or all(timeouts[s] is None for s in ITERATION_STAGES)
+    if tasks == "auto" and not groupable:
+        get_run_logger().info(
+            "tasks=auto: a task per stage, as runner.stage_timeouts times some iteration stages but not "
+            "'iterate' (give 'iterate' a timeout to let short iterations run as one task)"
+        )
+    chooser = TaskGranularity() if tasks == "auto" and groupable else None
+
+    def call(stage: str, _: Any) -> Any:
+        if chooser is not None and chooser.per_iteration and stage in ITERATION_STAGES:
+            if stage != "update":
+                return None  # runs in the update's iterate task, in the same order
+            return stage_tasks["iterate"](key, runner.stage_label("iterate"))
+        start = time.perf_counter()
+        result = stage_tasks[stage](key, runner.stage_label(stage))
+        if chooser is not None:
+            chooser.observe(stage, time.perf_counter() - start, _BODY_SECONDS.pop(key, 0.0))
+        return result
+
+    return call
+
+
 def session_name_for(
     flow_run_id: str | None, flow_run_name: str | None, session_name: str | None
 ) -> str | None:
@@ -140,7 +184,7 @@ def train(
     session_name: str | None = None,
     session_path: str = str(DEFAULT_ROOT),
     resume: bool = False,
-    tasks: Literal["stage", "iteration"] = "stage",
+    tasks: Literal["auto", "stage", "iteration"] = "auto",
     description: str | None = None,
     trial: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -154,10 +198,13 @@ def train(
             and endpoint from the worker's environment: ``AWS_*``, ``AWS_ENDPOINT_URL``); a retry on
             any worker then resumes from the bucket.
         resume: continue ``session_name`` from its newest checkpoint.
-        tasks: ``"stage"``: a task per stage (explore, store, sample, update, ...), the default;
+        tasks: ``"stage"``: a task per stage (explore, store, sample, update, ...);
             ``"iteration"``: one task per iteration, four times fewer task runs, for short
             iterations where orchestration would cost more than a few percent
-            (``bench/bench_orchestration.py``).
+            (``bench/bench_orchestration.py``); ``"auto"`` (the default): a task per stage for
+            the first iterations, then whichever of the two keeps orchestration within 3 % of the
+            measured iteration time (:class:`~digideep.pipeline.training.TaskGranularity`), logged
+            once. The stages run the same code either way: the choice never changes the results.
         description: the run's description (MLflow's note and ``description`` in session.json);
             a resumed run keeps the one it started with.
         trial: set by the tune flow (``flows/tune.py``): the Optuna trial this run is, which gets
@@ -214,12 +261,11 @@ def train(
             for stage, stage_task in STAGE_TASKS.items()
         }
         reason = run_training(
-            handle,
-            lambda stage, _: stage_tasks[stage](key, runner.stage_label(stage)),
-            per_iteration=tasks == "iteration",
+            handle, dispatch(key, runner, stage_tasks, tasks, timeouts), per_iteration=tasks == "iteration"
         )
     finally:
         _RUNNERS.pop(key, None)
+        _BODY_SECONDS.pop(key, None)
     return {
         "session": handle.session.url,
         "stopped": reason,
