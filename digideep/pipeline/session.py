@@ -35,9 +35,9 @@ unreachable endpoint fail in seconds with one line naming the URL.
 
 On a URL the lock is a lease (:mod:`digideep.pipeline.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
-renewal, or ``$DIGIDEEP_LEASE_TTL`` seconds: a dead host's session is free that long (plus 10 s of
-allowed clock skew) after its last renewal. Shorter frees a dead host's sessions sooner but stops a
-host cut off from the store sooner too; tests of host failures use a few seconds.
+renewal, or ``$DIGIDEEP_LEASE_TTL`` seconds (30 at the least): a dead host's session is free that
+long (plus 10 s of allowed clock skew) after its last renewal. Shorter frees a dead host's sessions
+sooner but stops a host cut off from the store sooner too; tests of host failures use 30.
 """
 
 from __future__ import annotations
@@ -387,8 +387,11 @@ class Session:
 def lease_ttl() -> float:
     """The lease's time to live: ``$DIGIDEEP_LEASE_TTL`` seconds, or 120.
 
+    At least twice the margin a checkpoint needs the lease held for (``runner.LEASE_MARGIN``, 15 s):
+    the lease is renewed every ttl / 4, so the margin is there between renewals with room to spare.
+
     Raises:
-        UsageError: the variable is set but not a positive number of seconds.
+        UsageError: the variable is set but not a number of seconds of at least that.
     """
     value = os.environ.get(LEASE_TTL_VARIABLE, "").strip()
     if not value:
@@ -397,9 +400,12 @@ def lease_ttl() -> float:
         ttl = float(value)
     except ValueError:
         ttl = float("nan")
-    if not (ttl > 0 and math.isfinite(ttl)):  # refuses nan and inf too
+    from digideep.pipeline.runner import LEASE_MARGIN  # runner imports this module
+
+    if not (ttl >= 2 * LEASE_MARGIN and math.isfinite(ttl)):  # refuses nan and inf too
         raise UsageError(
-            f"{LEASE_TTL_VARIABLE}={value!r} is not a positive number of seconds; unset it or set e.g. 120"
+            f"{LEASE_TTL_VARIABLE}={value!r} is not a number of seconds >= {2 * LEASE_MARGIN:g} (a checkpoint "
+            f"needs the lease held {LEASE_MARGIN:g} s more); unset it (120) or set e.g. 30"
         )
     return ttl
 

@@ -200,7 +200,7 @@ HOST_ENV = {
     "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "digideep",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "DIGIDEEP_LEASE_TTL": "4",  # a dead host's session is free 4 s (+10 s clock skew) after it died
+    "DIGIDEEP_LEASE_TTL": "30",  # a dead host's session is free 30 s (+10 s clock skew) after it died
 }
 
 

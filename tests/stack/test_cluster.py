@@ -114,13 +114,19 @@ def mark_crashed_when_silent(run_id: str, bound: float | None) -> str:
     """Wait until the run is Crashed: by the stack's watcher (``bound``), or by one watcher pass here."""
     from digideep_stack.watcher import check_once
 
+    seen = []
+
     def crashed():
         if bound is None:
             check_once(crash_after=3.0)  # nothing else is RUNNING now: a short bound is safe
         run = read_run(run_id)
+        seen[:] = [run.state.type.value, run.state.message]
         return run.state.type.value == "CRASHED" and run.state.message
 
-    return wait_for(crashed, 90 if bound is None else bound + 120, "Crashed", every=1.0)
+    try:
+        return wait_for(crashed, 90 if bound is None else bound + 120, "Crashed", every=1.0)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the run is {seen}") from None
 
 
 def wait_out_the_lease(url: str) -> None:
