@@ -257,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="dd", help="start of the namespaces' and links' names (dd)")
     parser.add_argument("--subnet", default="10.200.0", help="the network's /24, first three numbers")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "cluster", help="logs and host folders")
+    parser.add_argument("--env-file", type=Path, default=ROOT / ".env", help="the secrets file (.env)")
     parser.add_argument("--crash-after", type=float, default=120.0, help="the crash watcher's bound (s)")
+    defaults = StackConfig()
+    for name in ("postgres", "prefect", "mlflow", "s3"):
+        parser.add_argument(f"--{name}-port", type=int, default=getattr(defaults, f"{name}_port"))
     arguments = parser.parse_args(argv)
     if arguments.command == "clean":
         removed = clean(arguments.prefix)
@@ -271,12 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             network.up()
             announce(f"Network     bridge {network.bridge} {network.address}/24")
-            config = StackConfig(
-                data=arguments.data / "stack",
-                host=network.address,
-                workers=0,
-                crash_after=arguments.crash_after,
-            )
+            ports = {
+                f"{name}_port": getattr(arguments, f"{name}_port")
+                for name in ("postgres", "prefect", "mlflow", "s3")
+            }
+            config = StackConfig(data=arguments.data / "stack", env_file=arguments.env_file, host=network.address,
+                                 workers=0, crash_after=arguments.crash_after, **ports)  # fmt: skip
             stack = ClusterStack(config, announce=announce)
             stack.up()
             env = stack.base_env() | stack.client_env()

@@ -24,9 +24,8 @@ import boto3
 import numpy as np
 import pytest
 
-from digideep.memory import Memory
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.utility.location import Location
+from tests.flows.test_train_flow import session_state
 from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import assert_same_histories, metric_histories, train_command
 from tests.stack.conftest import REPO, Cluster
@@ -68,17 +67,6 @@ def sessions_run_by(cluster: Cluster, host: str) -> set[str]:
     """The sessions whose local working folder is in ``host``'s own ``data/`` (so it ran them)."""
     cache = cluster.folder / host / "data" / "cache"
     return {path.name.rsplit("-", 1)[0] for path in cache.iterdir()} if cache.is_dir() else set()
-
-
-def final_state(url: str) -> tuple[dict, dict]:
-    """Checkpointed states and the Zarr memory of the session at ``url`` (local folder or S3 URL)."""
-    info, states = load_checkpoint(latest_checkpoint(f"{url}/checkpoints").path)
-    capacity = info["params"]["memory"]["train"]["args"]["capacity"]
-    memory = Memory(f"{url}/memory/train.zarr", num_workers=1, capacity=capacity)
-    memory.load_state_dict(states["memories"]["train"])
-    memory.load()
-    contents = {key: np.array(memory[key]) for key in memory}
-    return states, {"contents": contents, "pointers": memory.state_dict(), "iteration": info["iteration"]}
 
 
 @contextlib.contextmanager
@@ -168,8 +156,8 @@ def dead_host_scenario(cluster: Cluster, env: dict[str, str], tmp_path: Path) ->
     worker.join()
     assert outcome["result"].returncode == 0, outcome["result"].stderr[-3000:]
 
-    resumed_states, resumed_memory = final_state(url)
-    straight_states, straight_memory = final_state(str(straight))
+    resumed_states, resumed_memory = session_state(url)
+    straight_states, straight_memory = session_state(str(straight))
     assert resumed_memory["iteration"] == straight_memory["iteration"] == TINY["number_epochs"]
     assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")  # weights, optimizers
     assert resumed_memory["pointers"] == straight_memory["pointers"]
