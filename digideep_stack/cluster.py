@@ -188,6 +188,7 @@ class ClusterHost:
         env: the worker's environment (the stack's client variables: addresses and secrets).
         project: the project folder (``prefect.yaml`` runs flows there); its ``data/`` is the host's own.
         queue: the work queue it polls (all of the pool's when None).
+        limit: flow runs it runs at once (``prefect worker start --limit``; no limit when None).
     """
 
     def __init__(
@@ -198,6 +199,7 @@ class ClusterHost:
         env: dict[str, str],
         project: Path = ROOT,
         queue: str | None = None,
+        limit: int | None = None,
     ):
         self.network = network
         self.net = net
@@ -210,6 +212,8 @@ class ClusterHost:
         worker = [prefect, "worker", "start", "--pool", POOL, "--type", "process", "--name", net.name]
         if queue is not None:
             worker += ["--work-queue", queue]
+        if limit is not None:
+            worker += ["--limit", str(limit)]
         command = ["ip", "netns", "exec", net.namespace, "unshare", "--uts", "sh", "-c", HOST_SHELL, "sh",
                    net.name, str(folder / "data"), str(project / "data"), *worker]  # fmt: skip
         self.log = open(folder / "worker.log", "ab")  # noqa: SIM115 - owned by the child
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=["up", "clean"])
     parser.add_argument("--hosts", type=int, default=2, help="worker hosts, each in its own namespace (2)")
+    parser.add_argument(
+        "--worker-limit", type=int, default=None, help="flow runs per host at once (no limit)"
+    )
     parser.add_argument("--prefix", default="dd", help="start of the namespaces' and links' names (dd)")
     parser.add_argument("--subnet", default="10.200.0", help="the network's /24, first three numbers")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "cluster", help="logs and host folders")
@@ -287,18 +294,21 @@ def main(argv: list[str] | None = None) -> int:
             for index in range(arguments.hosts):
                 name = f"host-{chr(ord('a') + index)}"
                 net = network.add_host(name)
-                hosts.append(ClusterHost(network, net, arguments.data / name, env))
+                hosts.append(
+                    ClusterHost(network, net, arguments.data / name, env, limit=arguments.worker_limit)
+                )
                 announce(
                     f"Host        {name}: namespace {net.namespace}, address {net.address}, "
                     f"folder {arguments.data / name}, worker log {arguments.data / name / 'worker.log'}"
                 )
             announce(
-                "Cluster up. Submit runs from this shell: set -a; . ./.env; "
+                "Cluster up. Submit runs from another shell: set -a; . ./.env; "
                 f". {config.data / 'client.env'}; set +a; then e.g. .venv/bin/prefect deployment run "
                 "'train/pendulum-sac' --param session_path=s3://digideep/sessions"
             )
             announce(
-                f"Kill a host: ip netns pids {hosts[0].net.namespace} | xargs kill -9. Ctrl-C stops everything."
+                f"Kill a host: ip netns pids {hosts[0].net.namespace} | xargs -r kill -9; ip netns del {hosts[0].net.namespace}. "
+                "Ctrl-C stops everything."
             )
             while stack.dead() is None:
                 time.sleep(1)

@@ -287,3 +287,69 @@ def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         for process in reversed(processes):
             stop_tree(process, grace=10)
         network.down()
+
+
+@pytest.fixture(scope="module")
+def demo_cluster() -> Iterator[Cluster]:
+    """``make demo-cluster`` (``python -m digideep_stack.cluster up``) with two hosts, as a user runs it.
+
+    The full stack (PostgreSQL, auth, the crash watcher with a 60 s bound) on a bridge, each host a
+    worker running one flow run at a time. At the end it gets Ctrl-C (SIGINT) and must have removed
+    its namespaces and links and stopped every process it started.
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    from digideep_stack.cluster import Network
+
+    folder = Path(tempfile.mkdtemp(prefix="digideep-cluster-test-"))
+    folder.chmod(0o755)  # PostgreSQL runs as the postgres user
+    prefix, subnet = f"dc{os.getpid() % 1000}", f"10.202.{os.getpid() % 250}"
+    command = [sys.executable, "-m", "digideep_stack.cluster", "up", "--data", str(folder), "--env-file",
+               str(folder / ".env"), "--prefix", prefix, "--subnet", subnet, "--crash-after", "60",
+               "--worker-limit", "1"]  # fmt: skip
+    for name in ("postgres", "prefect", "mlflow", "s3"):
+        command += [f"--{name}-port", str(free_port())]
+    env = {**os.environ, **HOST_ENV}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("Cluster up") or "error" in line:
+                break
+        assert lines and lines[-1].startswith("Cluster up"), "\n".join(lines)
+        secrets = read_env_file(folder / ".env")
+        addresses = read_env_file(folder / "stack" / "client.env")
+        client_env = {
+            **HOST_ENV,
+            **addresses,
+            "MLFLOW_S3_ENDPOINT_URL": addresses["AWS_ENDPOINT_URL"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            **{
+                key: value
+                for key, value in secrets.items()
+                if not key.startswith(("DIGIDEEP_STACK", "MLFLOW_FLASK"))
+            },
+        }
+        yield Cluster(Network(prefix, subnet), folder, "digideep", client_env, watcher_bound=60.0)
+    finally:
+        tree = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            code = process.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        for survivor in alive:
+            survivor.kill()
+        left = [line for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+                .splitlines() if f" {prefix}" in line]  # fmt: skip
+        namespaces = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+                      .split() if n.startswith(f"{prefix}-")]  # fmt: skip
+        from digideep_stack.cluster import clean
+
+        clean(prefix)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert code == 0 and not alive and not left and not namespaces, (code, alive, left, namespaces)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
@@ -34,6 +34,7 @@ TINY = {"number_epochs": 8, "epoch_size": 1, "n_steps": 20, "learning_starts": 2
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 4, "test_episodes": 1,
         "buffer_size": 100}  # fmt: skip
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+HOSTS = ("host-a", "host-b")
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 0.5):
@@ -123,19 +124,27 @@ def wait_out_the_lease(url: str) -> None:
     time.sleep(max(0.0, float(record["expires"]) + 10.5 - time.time()))
 
 
-def dead_host_scenario(cluster: Cluster, env: dict[str, str], tmp_path: Path) -> None:
+def dead_host_scenario(
+    cluster: Cluster, env: dict[str, str], tmp_path: Path, kill: Callable[[str], None], while_running=None
+) -> None:
+    """A run starts on one host, which dies; Crashed, retried, resumed on the other host from S3.
+
+    ``kill(host)`` kills a host; ``while_running()`` is called once the run is RUNNING.
+    """
     sessions = f"s3://{cluster.bucket}/sessions"
-    host_a = cluster.start_host("host-a")
     run_id = submit({"params": "params.pendulum_sac", "cpanel": TINY, "session_path": sessions})
-    wait_for(lambda: state_of(run_id) == "RUNNING", 300, "host A starting the run")
-    cluster.start_host("host-b")  # comes up while A trains; it is idle until A's run comes back
+    wait_for(lambda: state_of(run_id) == "RUNNING", 300, "a host starting the run")
+    if while_running is not None:
+        while_running()
     name = f"{read_run(run_id).name}-{run_id[:8]}"
     url = f"{sessions}/{name}"
+    first = wait_for(lambda: next((h for h in HOSTS if name in sessions_run_by(cluster, h)), None), 120,
+                     "the session's working folder on the host running it")  # fmt: skip
+    other = next(h for h in HOSTS if h != first)
     wait_for(lambda: committed(cluster.bucket, f"sessions/{name}/checkpoints/") >= 2 or state_of(run_id) in FINAL,
              300, "two committed checkpoints", every=0.05)  # fmt: skip
-    host_a.kill()  # SIGKILL to the worker and the flow process; its namespace is deleted
-    assert not Location(f"{url}/done.json").exists(), "the run finished before host A died"
-    assert sessions_run_by(cluster, "host-a") == {name}
+    kill(first)  # SIGKILL to the worker and the flow process; its namespace is deleted
+    assert not Location(f"{url}/done.json").exists(), "the run finished before its host died"
 
     # meanwhile, the same training never interrupted, outside Prefect, tracked by the same server
     straight = tmp_path / "straight"
@@ -150,8 +159,8 @@ def dead_host_scenario(cluster: Cluster, env: dict[str, str], tmp_path: Path) ->
     wait_out_the_lease(url)
     retry(run_id, env)
     final = wait_for(lambda: (s := state_of(run_id)) in FINAL and s, 400, "the retried run's end")
-    assert final == "COMPLETED", (cluster.folder / "host-b" / "worker.log").read_text()[-3000:]
-    assert name in sessions_run_by(cluster, "host-b")
+    assert final == "COMPLETED", (cluster.folder / other / "worker.log").read_text()[-3000:]
+    assert name in sessions_run_by(cluster, other)
     assert "resuming session" in Location(f"{url}/log.txt").read_text()
     worker.join()
     assert outcome["result"].returncode == 0, outcome["result"].stderr[-3000:]
@@ -183,8 +192,58 @@ def dead_host_scenario(cluster: Cluster, env: dict[str, str], tmp_path: Path) ->
 def test_a_dead_hosts_run_is_retried_on_the_other_host_and_matches_an_uninterrupted_run(
     light_cluster: Cluster, monkeypatch, tmp_path
 ):
+    """On the light servers (the default suite); the test runs the crash watcher's check."""
+    cluster = light_cluster
     try:
-        with client_of(light_cluster, monkeypatch) as env:
-            dead_host_scenario(light_cluster, env, tmp_path)
+        with client_of(cluster, monkeypatch) as env:
+            cluster.start_host("host-a")
+            dead_host_scenario(
+                cluster, env, tmp_path, kill=lambda host: cluster.hosts[host].kill(),
+                while_running=lambda: cluster.start_host("host-b"),  # idle until the run comes back
+            )  # fmt: skip
     finally:
-        light_cluster.stop_hosts()
+        cluster.stop_hosts()
+
+
+def kill_with_ip_netns(cluster: Cluster) -> Callable[[str], None]:
+    """Kill a host of ``make demo-cluster`` as its README says: every process in it, then its namespace."""
+
+    def kill(host: str) -> None:
+        namespace = f"{cluster.network.prefix}-{host}"
+        subprocess.run(f"ip netns pids {namespace} | xargs -r kill -9", shell=True, check=True)
+        subprocess.run(["ip", "netns", "del", namespace], check=True)
+
+    return kill
+
+
+@pytest.mark.slow
+def test_make_demo_cluster_spreads_a_sweep_over_both_hosts_and_survives_a_dead_host(
+    demo_cluster: Cluster, monkeypatch, tmp_path
+):
+    """The full stack of ``make demo-cluster``: PostgreSQL, auth, and its own crash watcher (60 s).
+
+    The sweep's own flow runs here, in the test, so that both hosts' single slots go to its runs.
+    """
+    from mlflow import MlflowClient
+
+    from flows.sweep import sweep
+
+    cluster = demo_cluster
+    with client_of(cluster, monkeypatch) as env:
+        rows = sweep(deployment="train/pendulum-sac", grid={}, seeds=[0, 1, 2, 3],
+                     base_cpanel={**TINY, "number_epochs": 2}, session_path=f"s3://{cluster.bucket}/sweep")  # fmt: skip
+        assert [row["state"] for row in rows] == ["COMPLETED"] * 4, rows
+        names = {row["session"] for row in rows}
+        for host in HOSTS:
+            assert names & sessions_run_by(cluster, host), f"{host} ran none of the sweep's runs"
+        client = MlflowClient()
+        keys = [item["Key"] for item in boto3.client("s3").list_objects_v2(
+            Bucket=cluster.bucket, Prefix="mlartifacts/").get("Contents", [])]  # fmt: skip
+        for name in names:
+            mlflow_run = Location(f"s3://{cluster.bucket}/sweep/{name}/session.json").read_json()[
+                "mlflow_run_id"
+            ]
+            assert client.get_run(mlflow_run).info.status == "FINISHED"
+            assert any(mlflow_run in key and key.endswith("states.pt") for key in keys), name
+
+        dead_host_scenario(cluster, env, tmp_path, kill=kill_with_ip_netns(cluster))
