@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"folder {arguments.data / name}, worker log {arguments.data / name / 'worker.log'}"
                 )
             announce(
-                "Cluster up. Submit runs from another shell: set -a; . ./.env; "
+                f"Cluster up. Submit runs from another shell: set -a; . {config.env_file}; "
                 f". {config.data / 'client.env'}; set +a; then e.g. .venv/bin/prefect deployment run "
                 "'train/pendulum-sac' --param session_path=s3://digideep/sessions"
             )
