@@ -233,7 +233,7 @@ def test_make_demo_cluster_spreads_a_sweep_over_both_hosts_and_survives_a_dead_h
         rows = sweep(deployment="train/pendulum-sac", grid={}, seeds=[0, 1, 2, 3],
                      base_cpanel={**TINY, "number_epochs": 2}, session_path=f"s3://{cluster.bucket}/sweep")  # fmt: skip
         assert [row["state"] for row in rows] == ["COMPLETED"] * 4, rows
-        names = {row["session"] for row in rows}
+        names = {f"{read_run(row['flow_run_id']).name}-{row['flow_run_id'][:8]}" for row in rows}
         for host in HOSTS:
             assert names & sessions_run_by(cluster, host), f"{host} ran none of the sweep's runs"
         client = MlflowClient()
