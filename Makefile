@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install train test test-slow lint format docs prefect-up stack-up stack-down mlflow-ui clean-data
+.PHONY: install train test test-slow lint format docs prefect-up stack-up stack-down demo-cluster mlflow-ui clean-data
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ stack-up: install ## the production stack: PostgreSQL, Prefect and MLflow server
 
 stack-down: ## stop a stack started by make stack-up (in another shell or in the background)
 	$(BIN)/python -m digideep_stack down
+
+demo-cluster: install ## (root) the stack on a bridge and 2 worker hosts in network namespaces; Ctrl-C tears it all down
+	$(BIN)/python -m digideep_stack.cluster up --hosts $(or $(HOSTS),2) $(CLUSTER_ARGS)
 
 mlflow-ui: install ## start the MLflow UI on 127.0.0.1:5000 over data/mlflow.db
 	$(BIN)/digideep runs ui --port $(or $(MLFLOW_PORT),5000)

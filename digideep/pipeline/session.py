@@ -34,7 +34,10 @@ disk. The store is probed before anything is written: a missing bucket, refused 
 unreachable endpoint fail in seconds with one line naming the URL.
 
 On a URL the lock is a lease (:mod:`digideep.pipeline.lease`, a record created with a conditional
-write and renewed by a heartbeat), since no kernel lock spans machines.
+write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
+renewal, or ``$DIGIDEEP_LEASE_TTL`` seconds (30 at the least): a dead host's session is free that
+long (plus 10 s of allowed clock skew) after its last renewal. Shorter frees a dead host's sessions
+sooner but stops a host cut off from the store sooner too; tests of host failures use 30.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -56,7 +60,7 @@ from filelock import FileLock, Timeout
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.pipeline.lease import acquire_session_lease
+from digideep.pipeline.lease import DEFAULT_TTL, acquire_session_lease
 from digideep.utility.files import atomic_write_bytes, atomic_write_json
 from digideep.utility.location import Location
 
@@ -70,6 +74,8 @@ CACHE_ROOT = Path("data") / "cache"
 UPLOADED = ("log.txt", "metrics.jsonl", "learning_curve.png")
 """Files of a URL session's working folder that are uploaded to it (with ``videos/``)."""
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LEASE_TTL_VARIABLE = "DIGIDEEP_LEASE_TTL"
+"""Seconds a URL session's lease lives without renewal (120 when unset)."""
 
 
 def default_session_name(params_name: str) -> str:
@@ -296,7 +302,7 @@ class Session:
             "host": socket.gethostname(),
             "flow_run_id": os.environ.get("PREFECT__FLOW_RUN_ID"),  # set by Prefect for its flow runs
         }
-        self._lease = acquire_session_lease(self.url, info)
+        self._lease = acquire_session_lease(self.url, info, ttl=lease_ttl())
 
     def ensure_held(self, margin: float = 0.0) -> None:
         """Raise unless this process may still write the session for ``margin`` more seconds.
@@ -376,6 +382,32 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.url!r})"
+
+
+def lease_ttl() -> float:
+    """The lease's time to live: ``$DIGIDEEP_LEASE_TTL`` seconds, or 120.
+
+    At least twice the margin a checkpoint needs the lease held for (``runner.LEASE_MARGIN``, 15 s):
+    the lease is renewed every ttl / 4, so the margin is there between renewals with room to spare.
+
+    Raises:
+        UsageError: the variable is set but not a number of seconds of at least that.
+    """
+    value = os.environ.get(LEASE_TTL_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_TTL
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = float("nan")
+    from digideep.pipeline.runner import LEASE_MARGIN  # runner imports this module
+
+    if not (ttl >= 2 * LEASE_MARGIN and math.isfinite(ttl)):  # refuses nan and inf too
+        raise UsageError(
+            f"{LEASE_TTL_VARIABLE}={value!r} is not a number of seconds >= {2 * LEASE_MARGIN:g} (a checkpoint "
+            f"needs the lease held {LEASE_MARGIN:g} s more); unset it (120) or set e.g. 30"
+        )
+    return ttl
 
 
 def _working_folder(url: str, name: str) -> Path:

@@ -2,7 +2,8 @@
 
 A deployment run fails at an injected fault; it is retried the way the UI's Retry button does it
 (``prefect flow-run retry``); it must resume from the newest checkpoint and end with exactly the
-weights, memory and counters of a run that never failed. A sweep of two runs must complete.
+weights, memory and counters of a run that never failed, with its session on local disk and in an
+S3 bucket (moto on 127.0.0.1; the worker has the AWS variables). A sweep of two runs must complete.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from digideep.memory import Memory
+from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.utility.location import Location
 from digideep_stack.local_stack import LocalStack
 from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import final_state, run, train_command
@@ -34,7 +38,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, mlflow_uri):
+def stack(tmp_path_factory, mlflow_uri, s3_server):
     home = tmp_path_factory.mktemp("prefect")
     local = LocalStack(
         port=free_port(),
@@ -43,6 +47,7 @@ def stack(tmp_path_factory, mlflow_uri):
             "MLFLOW_TRACKING_URI": mlflow_uri,
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PYTHONHASHSEED": "0",
+            **s3_server.env,  # sessions on s3:// reach the test's S3 server
         },
     )
     try:
@@ -78,27 +83,43 @@ def flow_run_name(flow_run_id: str) -> str:
         return client.read_flow_run(flow_run_id).name
 
 
-def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(stack, tmp_path, run_env):
-    sessions = tmp_path / "sessions"
+def session_state(url: str) -> tuple[dict, dict]:
+    """The newest checkpoint's states and the Zarr memory of the session at ``url`` (a folder or a URL)."""
+    info, states = load_checkpoint(latest_checkpoint(f"{url}/checkpoints").path)
+    capacity = info["params"]["memory"]["train"]["args"]["capacity"]
+    memory = Memory(f"{url}/memory/train.zarr", num_workers=1, capacity=capacity)
+    memory.load_state_dict(states["memories"]["train"])
+    memory.load()
+    contents = {key: np.array(memory[key]) for key in memory}
+    return states, {"contents": contents, "pointers": memory.state_dict(), "iteration": info["iteration"]}
+
+
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(
+    stack, tmp_path, run_env, storage, request
+):
+    sessions = str(tmp_path / "sessions")
+    if storage == "s3":  # the session in a bucket: nothing of it on the worker's disk is needed
+        sessions = f"s3://{request.getfixturevalue('s3_bucket')}/sessions"
     marker = tmp_path / "fault-fired"
     cpanel = {**TINY, "fail_at_update": 4, "marker": str(marker)}
-    parameters = {"params": "tests.flows.faulty", "cpanel": cpanel, "session_path": str(sessions)}
+    parameters = {"params": "tests.flows.faulty", "cpanel": cpanel, "session_path": sessions}
 
     flow_run_id = start("train/pendulum-sac", parameters)
     assert wait(flow_run_id, stack) == "FAILED"
     assert marker.exists(), "the injected fault should have fired"
-    session = sessions / f"{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
-    assert not (session / "done.json").exists()
-    assert max(int(p.name.split("-")[1]) for p in (session / "checkpoints").glob("checkpoint-*")) == 3
+    session = f"{sessions}/{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
+    assert not Location(f"{session}/done.json").exists()
+    assert latest_checkpoint(f"{session}/checkpoints").iteration == 3
 
     stack.run("flow-run", "retry", flow_run_id)  # what the UI's Retry button does
     assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
-    assert "resuming session" in (session / "log.txt").read_text()
+    assert "resuming session" in Location(f"{session}/log.txt").read_text()
 
     # the same training, never interrupted, outside Prefect
     straight = {**cpanel, "marker": ""}
     run(train_command(tmp_path, "straight", "tests.flows.faulty", straight), run_env)
-    resumed_states, resumed_memory = final_state(sessions, session.name)
+    resumed_states, resumed_memory = session_state(session)
     straight_states, straight_memory = final_state(tmp_path, "straight")
     assert resumed_memory["iteration"] == straight_memory["iteration"] == 6
     assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
@@ -110,7 +131,7 @@ def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_
     # MLflow: the reopened run holds each metric step once and ends FINISHED
     from mlflow import MlflowClient
 
-    info = json.loads((session / "session.json").read_text())
+    info = Location(f"{session}/session.json").read_json()
     client = MlflowClient(run_env["MLFLOW_TRACKING_URI"])
     steps = [m.step for m in client.get_metric_history(info["mlflow_run_id"], "charts/iteration")]
     assert sorted(steps) == [20 * i for i in range(1, 7)]

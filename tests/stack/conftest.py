@@ -162,3 +162,194 @@ def hosts(stack: RunningStack) -> Iterator[callable]:
     for host in started:
         if host.process.poll() is None:
             host.stop()
+
+
+# -- two hosts in network namespaces (tests/stack/test_cluster.py) ---------------------------------
+
+
+@dataclass
+class Cluster:
+    """Servers bound to a bridge's address and hosts that reach them from their own namespaces."""
+
+    network: object  # digideep_stack.cluster.Network
+    folder: Path
+    bucket: str
+    client_env: dict[str, str] = field(repr=False)  # a host's (and this test process's) client variables
+    hosts: dict[str, object] = field(default_factory=dict)  # name -> digideep_stack.cluster.ClusterHost
+    watcher_bound: float | None = None  # the crash watcher's bound when the stack runs one; None: tests check
+
+    def start_host(self, name: str):
+        from digideep_stack.cluster import ClusterHost
+
+        net = self.network.add_host(name)
+        host = ClusterHost(self.network, net, self.folder / name, self.client_env, project=REPO)
+        self.hosts[name] = host
+        return host
+
+    def stop_hosts(self) -> None:
+        for name, host in list(self.hosts.items()):
+            host.stop()
+            self.network.remove_host(name)
+        self.hosts.clear()
+
+
+HOST_ENV = {
+    "PYTHONPATH": str(REPO),
+    "PYTHONHASHSEED": "0",
+    "PREFECT_WORKER_QUERY_SECONDS": "1",
+    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "digideep",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DIGIDEEP_LEASE_TTL": "30",  # a dead host's session is free 30 s (+10 s clock skew) after it died
+}
+
+
+def _spawn(folder: Path, name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    log = open(folder / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def _wait_http(url: str, process: subprocess.Popen, what: str, timeout: float = 180) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{what} did not answer on {url} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The light servers on a bridge: Prefect on SQLite, moto S3 with keys checked, MLflow on sqlite.
+
+    No PostgreSQL and no auth on Prefect and MLflow (the full stack, with both, is the slow
+    variant): this keeps one host-failure case in the default suite. Hosts are started by the tests.
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    from digideep_stack.cluster import Network
+    from digideep_stack.stack import POOL
+
+    folder = tmp_path_factory.mktemp("cluster")
+    network = Network(prefix=f"dt{os.getpid() % 1000}", subnet=f"10.201.{os.getpid() % 250}")
+    processes: list[subprocess.Popen] = []
+    cluster = None
+    try:
+        network.up()
+        address, bin_dir = network.address, Path(sys.executable).parent
+        ports = {name: str(free_port()) for name in ("prefect", "mlflow", "s3")}
+        s3 = {"AWS_ACCESS_KEY_ID": "cluster-test", "AWS_SECRET_ACCESS_KEY": "cluster-test-secret",
+              "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{address}:{ports['s3']}",
+              "MLFLOW_S3_ENDPOINT_URL": f"http://{address}:{ports['s3']}"}  # fmt: skip
+        base = {**os.environ, **HOST_ENV, **s3}
+        servers = {
+            "s3": [sys.executable, "-m", "digideep_stack.object_store", "--host", address, "--port", ports["s3"]],
+            "prefect-server": [str(bin_dir / "prefect"), "server", "start", "--host", address, "--port",
+                               ports["prefect"]],
+            "mlflow-server": [str(bin_dir / "mlflow"), "server", "--host", address, "--port", ports["mlflow"],
+                              "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+                              "--artifacts-destination", "s3://digideep/mlartifacts"],
+        }  # fmt: skip
+        env = {**base, "PREFECT_HOME": str(folder / "prefect-server")}
+        started = {name: _spawn(folder, name, command, env) for name, command in servers.items()}
+        processes.extend(started.values())
+        _wait_http(f"{s3['AWS_ENDPOINT_URL']}/moto-api/", started["s3"], "the S3 server")
+        import boto3
+
+        boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                     aws_access_key_id=s3["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket="digideep")  # fmt: skip
+        api = f"http://{address}:{ports['prefect']}/api"
+        _wait_http(f"{api}/health", started["prefect-server"], "the Prefect server")
+        client_env = {**HOST_ENV, **s3, "PREFECT_API_URL": api,
+                      "MLFLOW_TRACKING_URI": f"http://{address}:{ports['mlflow']}"}  # fmt: skip
+        cli = {**os.environ, **client_env, "PWD": str(REPO), "PREFECT_HOME": str(folder / "prefect-client")}
+        prefect = [str(bin_dir / "prefect"), "--no-prompt"]
+        for args in (["work-pool", "create", POOL, "--type", "process"], ["deploy", "--all"]):
+            result = subprocess.run([*prefect, *args], cwd=REPO, env=cli, capture_output=True, text=True)
+            assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        _wait_http(
+            f"{client_env['MLFLOW_TRACKING_URI']}/health", started["mlflow-server"], "the MLflow server"
+        )
+        cluster = Cluster(network, folder, "digideep", client_env)
+        yield cluster
+    finally:
+        from digideep.utility.processes import stop_tree
+
+        if cluster is not None:
+            cluster.stop_hosts()
+        for process in reversed(processes):
+            stop_tree(process, grace=10)
+        network.down()
+
+
+@pytest.fixture(scope="module")
+def demo_cluster() -> Iterator[Cluster]:
+    """``make demo-cluster`` (``python -m digideep_stack.cluster up``) with two hosts, as a user runs it.
+
+    The full stack (PostgreSQL, auth, the crash watcher with a 60 s bound) on a bridge, each host a
+    worker running one flow run at a time. At the end it gets Ctrl-C (SIGINT) and must have removed
+    its namespaces and links and stopped every process it started.
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    from digideep_stack.cluster import Network
+
+    folder = Path(tempfile.mkdtemp(prefix="digideep-cluster-test-"))
+    folder.chmod(0o755)  # PostgreSQL runs as the postgres user
+    prefix, subnet = f"dc{os.getpid() % 1000}", f"10.202.{os.getpid() % 250}"
+    command = [sys.executable, "-m", "digideep_stack.cluster", "up", "--data", str(folder), "--env-file",
+               str(folder / ".env"), "--prefix", prefix, "--subnet", subnet, "--crash-after", "60",
+               "--worker-limit", "1"]  # fmt: skip
+    for name in ("postgres", "prefect", "mlflow", "s3"):
+        command += [f"--{name}-port", str(free_port())]
+    env = {**os.environ, **HOST_ENV}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("Cluster up") or "error" in line:
+                break
+        assert lines and lines[-1].startswith("Cluster up"), "\n".join(lines)
+        secrets = read_env_file(folder / ".env")
+        addresses = read_env_file(folder / "stack" / "client.env")
+        client_env = {
+            **HOST_ENV,
+            **addresses,
+            "MLFLOW_S3_ENDPOINT_URL": addresses["AWS_ENDPOINT_URL"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            **{
+                key: value
+                for key, value in secrets.items()
+                if not key.startswith(("DIGIDEEP_STACK", "MLFLOW_FLASK"))
+            },
+        }
+        yield Cluster(Network(prefix, subnet), folder, "digideep", client_env, watcher_bound=60.0)
+    finally:
+        tree = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            code = process.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        for survivor in alive:
+            survivor.kill()
+        left = [line for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+                .splitlines() if f" {prefix}" in line]  # fmt: skip
+        namespaces = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+                      .split() if n.startswith(f"{prefix}-")]  # fmt: skip
+        from digideep_stack.cluster import clean
+
+        clean(prefix)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert code == 0 and not alive and not left and not namespaces, (code, alive, left, namespaces)
