@@ -8,7 +8,7 @@ pointers; :mod:`digideep.memory.zarr_store` for the Zarr layout.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +201,16 @@ class Memory:
         self.writer.state = new_state
 
     # -- persistence ---------------------------------------------------------------------------
+    def guard_writes(self, guard: Callable[[], None]) -> None:
+        """Call ``guard()`` before every write to the durable copy; a write is skipped when it raises.
+
+        The Runner passes the session's lease check, so that a host cut off from a session on
+        object storage, whose session another host took over, never writes a chunk beside the new
+        holder's: its background writer fails instead, and the next store raises that error.
+        """
+        if hasattr(self.storage, "guard"):
+            self.storage.guard = guard
+
     def flush(self) -> None:
         """Make the stored rows durable: wait for the outstanding writes, then commit the pointers.
 

@@ -247,6 +247,11 @@ def _work(jobs: queue.Queue, state: dict) -> None:
             jobs.task_done()
 
 
+def _guarded(guard: Callable[[], None], job: Callable[[], None]) -> None:
+    guard()  # raises when this process may no longer write (a session lease that was lost)
+    job()
+
+
 class WriteThroughStorage:
     """RAM ring for reading, Zarr written behind for durability (see the module docstring).
 
@@ -271,12 +276,15 @@ class WriteThroughStorage:
         self.current: dict[str, int] = {}  # the chunk-row window the ring is in, per key
         what = f"memory '{self.name}' at {durable.location}"
         self.behind = WriteBehind(self, what, max_pending) if write_behind else None
+        self.guard: Callable[[], None] | None = None  # run before every Zarr write (see Memory.guard_writes)
 
     @property
     def specs(self) -> dict[str, KeySpec]:
         return self.ram.specs
 
     def _run(self, job: Callable[[], None]) -> None:
+        if self.guard is not None:
+            job = partial(_guarded, self.guard, job)
         if self.behind is None:
             job()
         else:

@@ -64,6 +64,7 @@ __all__ = [
     "DEFAULT_CLOCK_SKEW",
     "DEFAULT_TTL",
     "LEASE_FILE",
+    "LEASE_MARGIN",
     "Lease",
     "LeaseLostError",
     "LeaseStore",
@@ -76,6 +77,8 @@ DEFAULT_TTL = 120.0
 """Seconds a lease lives without renewal: how long a retry waits for a dead host's session."""
 DEFAULT_CLOCK_SKEW = 10.0
 """Seconds by which hosts' clocks may disagree; added to a record's expiry before taking it over."""
+LEASE_MARGIN = 15.0
+"""Seconds the lease must still be held for when a checkpoint commits (and the least ttl / 2)."""
 _ATTEMPTS = 3
 
 
@@ -292,7 +295,7 @@ def acquire_session_lease(
     extra = {key: value for key, value in info.items() if key != "flow_run_id"}
     flow_run_id = info.get("flow_run_id")
     for _ in range(_ATTEMPTS):
-        found = store.read()
+        found = _wait_out_own_flow_run(store, flow_run_id, ttl, clock_skew)
         sent_at, now = time.monotonic(), time.time()
         record = {
             "owner": owner,
@@ -322,6 +325,33 @@ def acquire_session_lease(
     if found is not None:
         raise UsageError(_busy(url, found.record, time.time()))
     raise UsageError(f"the lease {store.url} changed under every attempt to take it; try again")
+
+
+def _wait_out_own_flow_run(store: Any, flow_run_id: Any, ttl: float, clock_skew: float) -> Any:
+    """Read the lease; when it is held for this very flow run, wait for it to expire first.
+
+    A lease held under this process's own flow-run id belongs to an earlier attempt of the same
+    run: Prefect retried it (the UI's Retry, or the crash watcher) because that attempt's host died.
+    That attempt cannot renew any more, so rather than refusing the retry, wait out the lease
+    (at most ``ttl + clock_skew`` past the moment it was last seen renewed). A record that keeps
+    being renewed means the earlier attempt is alive after all: then it is refused as usual.
+    """
+    found = store.read()
+    if found is None or not flow_run_id or found.record.get("flow_run_id") != str(flow_run_id):
+        return found
+    deadline = time.time() + ttl + 2 * clock_skew
+    while found is not None and time.time() <= float(found.record["expires"]) + clock_skew < deadline:
+        wait = float(found.record["expires"]) + clock_skew - time.time() + 0.1
+        log.warning(
+            "the session lease %s is held by an earlier attempt of this flow run (%s); waiting %.0f s for it "
+            "to expire",
+            store.url,
+            _holder(found.record),
+            wait,
+        )
+        time.sleep(max(0.1, wait))
+        found = store.read()
+    return found
 
 
 def _encode(record: dict[str, Any]) -> bytes:

@@ -18,6 +18,7 @@ inside the Runner.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ from digideep.pipeline.checkpoint import (
     write_checkpoint,
 )
 from digideep.pipeline.devices import configure_determinism, requested_determinism
+from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
 from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
 from digideep.pipeline.session import Session
@@ -92,10 +94,6 @@ class Counters:
                 "resume it with the version that wrote it"
             )
         return cls(**saved)
-
-
-LEASE_MARGIN = 15.0
-"""Seconds a URL session's lease must still be held for when a checkpoint commits."""
 
 
 class Runner:
@@ -152,6 +150,12 @@ class Runner:
         self.built = components.build(session, params, modes=modes)
         self.agents = self.built.agents
         self.memories = self.built.memories
+        if (
+            session.remote
+        ):  # a host that lost the session's lease writes no memory chunk beside the new holder
+            for memory in self.memories.values():
+                if hasattr(memory, "guard_writes"):  # durable memories; the on-policy rollout is RAM only
+                    memory.guard_writes(functools.partial(session.ensure_held, LEASE_MARGIN))
         self.explorers = self.built.explorers
         self.monitor = Monitor()
         for explorer in self.explorers.values():

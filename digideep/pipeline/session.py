@@ -60,7 +60,7 @@ from filelock import FileLock, Timeout
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.pipeline.lease import DEFAULT_TTL, acquire_session_lease
+from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease
 from digideep.utility.files import atomic_write_bytes, atomic_write_json
 from digideep.utility.location import Location
 
@@ -387,7 +387,7 @@ class Session:
 def lease_ttl() -> float:
     """The lease's time to live: ``$DIGIDEEP_LEASE_TTL`` seconds, or 120.
 
-    At least twice the margin a checkpoint needs the lease held for (``runner.LEASE_MARGIN``, 15 s):
+    At least twice the margin a checkpoint needs the lease held for (``lease.LEASE_MARGIN``, 15 s):
     the lease is renewed every ttl / 4, so the margin is there between renewals with room to spare.
 
     Raises:
@@ -400,8 +400,6 @@ def lease_ttl() -> float:
         ttl = float(value)
     except ValueError:
         ttl = float("nan")
-    from digideep.pipeline.runner import LEASE_MARGIN  # runner imports this module
-
     if not (ttl >= 2 * LEASE_MARGIN and math.isfinite(ttl)):  # refuses nan and inf too
         raise UsageError(
             f"{LEASE_TTL_VARIABLE}={value!r} is not a number of seconds >= {2 * LEASE_MARGIN:g} (a checkpoint "

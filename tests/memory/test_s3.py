@@ -18,6 +18,7 @@ from digideep.memory import LastChunk, Memory, RolloutMemory, UniformTransitions
 from digideep.memory.location import Location
 from digideep.memory.storage import RamStorage
 from digideep.memory.writer import RingWriter
+from digideep.pipeline.lease import LeaseLostError
 
 from .chunks import make_chunk
 
@@ -114,6 +115,31 @@ def test_a_failed_background_write_is_raised_on_the_next_flush_and_every_call_af
         memory.store(make_chunk(W, 4, 8))
     with pytest.raises(RuntimeError, match="resume the run from its last checkpoint"):
         memory.flush()
+
+
+def test_a_memory_whose_write_guard_refuses_writes_nothing_more_to_the_bucket(s3_bucket: str) -> None:
+    """A host that lost its session's lease: the guard raises, no chunk lands beside the new holder's."""
+    memory = Memory(f"s3://{s3_bucket}/held/m.zarr", W, 12)
+    stream(memory, [4])
+    memory.flush()
+    before = {
+        key: boto3.client("s3").head_object(Bucket=s3_bucket, Key=key)["ETag"]
+        for key in objects(s3_bucket, "")
+    }
+    lost = LeaseLostError("the lease was taken over by host b")
+
+    def guard() -> None:
+        raise lost
+
+    memory.guard_writes(guard)
+    stream(memory, [6], start=4)
+    with pytest.raises(LeaseLostError):
+        memory.flush()
+    after = {
+        key: boto3.client("s3").head_object(Bucket=s3_bucket, Key=key)["ETag"]
+        for key in objects(s3_bucket, "")
+    }
+    assert after == before
 
 
 def test_a_failed_background_write_on_a_local_disk_is_raised_too(tmp_path: Path) -> None:

@@ -255,3 +255,19 @@ def closed_port() -> Iterator[int]:
     with socket.socket() as bound:
         bound.bind(("127.0.0.1", 0))
         yield bound.getsockname()[1]
+
+
+def test_a_retry_of_the_holding_flow_run_waits_out_its_lease_and_takes_over(s3_bucket):
+    """Prefect retried the run whose host died: the retry waits for the dead attempt's lease, others are refused."""
+    url = f"s3://{s3_bucket}/sessions/retried"
+    dead = write_record(
+        s3_bucket, "sessions/retried", flow_run_id="run-7", ttl=2.0, expires=time.time() + 2.0
+    )
+    with pytest.raises(UsageError, match="flow run run-7"):
+        acquire_session_lease(url, {"flow_run_id": "run-8"}, clock_skew=0.5)
+    lease = acquire_session_lease(url, {"flow_run_id": "run-7"}, clock_skew=0.5)
+    try:
+        assert lease.took_over["owner"] == dead["owner"]
+        assert read_record(s3_bucket, "sessions/retried")["owner"] == lease.owner
+    finally:
+        lease.release()

@@ -21,6 +21,8 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.pipeline.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE
+from digideep.pipeline.session import LEASE_TTL_VARIABLE
 from digideep.utility.location import Location
 from tests.conftest import REPO
 from tests.helpers import assert_same_tensors
@@ -33,6 +35,12 @@ from tests.pipeline.test_resume import (
     run,
     train_command,
 )
+
+
+def wait_out_lease(session_url: str) -> None:
+    """Sleep until the lease a killed process left on ``session_url`` may be taken over."""
+    record = Location(f"{session_url}/{LEASE_FILE}").read_json()
+    time.sleep(max(0.0, float(record["expires"]) + DEFAULT_CLOCK_SKEW + 0.5 - time.time()))
 
 
 def kill_after_s3_checkpoints(
@@ -70,7 +78,7 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
     url = f"s3://{s3_bucket}/sessions"
     first = tmp_path / "first"
     first.mkdir()
-    base = {**run_env, **s3_env, "PYTHONPATH": str(REPO)}
+    base = {**run_env, **s3_env, "PYTHONPATH": str(REPO), LEASE_TTL_VARIABLE: "30"}  # the shortest allowed
     command = train_command(url, "killed", params, cpanel)
     env = {**base, "PREFECT_HOME": str(first / "prefect")}
     kill_after_s3_checkpoints(command, env, first, s3_bucket, "sessions/killed/checkpoints/", count=2)
@@ -87,6 +95,7 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
         second = tmp_path / "second"
         second.mkdir()
     env = {**base, "PREFECT_HOME": str(second / "prefect")}
+    wait_out_lease(f"{url}/killed")  # the killed process held it; a new one may take it once it expired
     resumed = subprocess.run(
         resume_command(url, "killed"), cwd=second, env=env, capture_output=True, text=True, timeout=300
     )
