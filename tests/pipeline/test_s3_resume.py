@@ -131,7 +131,15 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
     # the finished session plays from the bucket, on a machine that never had its files
     final = latest_checkpoint(f"{url}/killed/checkpoints").path
     played = subprocess.run(
-        [sys.executable, "-m", "digideep.main", "play", str(final), "--episodes", "1"],
+        [
+            sys.executable,
+            "-c",
+            "from digideep.main import cli; raise SystemExit(cli())",
+            "play",
+            str(final),
+            "--episodes",
+            "1",
+        ],
         cwd=second,
         env=env,
         capture_output=True,
