@@ -83,6 +83,7 @@ from typing import Any
 import psutil
 
 from digideep.pipeline.params import load_params_module
+from digideep_stack.stack import SERVER_BATCHING
 
 STAGES = ("explore", "store", "sample", "update", "test", "log", "checkpoint")
 ITERATION = ("explore", "store", "sample", "update")
@@ -297,12 +298,7 @@ def noop_task_runs(count: int, idle_rate: float) -> dict[str, float]:
     return {"wall": seconds / count, "server": server / count, "lag": lag, "done": done, "drained": drained}
 
 
-BATCHING = {  # Prefect 3.8's task-run recorder writes task-run states one event at a time by default
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
-}
+BATCHING = SERVER_BATCHING  # what make stack-up gives its Prefect server
 TUNED = {  # server settings tried against the defaults (see docs/tracking-prefect.md)
     "batching": BATCHING,
     # and no automations (the stack's crash detection is its watcher, not one) or event streaming
@@ -333,6 +329,7 @@ def start_postgres_server(root: Path) -> Any:
         prefect_port=free_port(),
         workers=0,
         deploy=False,
+        server_settings={},  # Prefect's defaults unless --tuned puts settings in the environment
     )
     stack = Stack(config, announce=lambda line: print(f"  {line}"))
     try:

@@ -40,6 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 POOL = "digideep-local"
 
 
+SERVER_BATCHING = {
+    # Prefect 3.8's server records task-run states and events one at a time by default; batches of
+    # 100-200 cut its CPU per task run from 40-50 ms to 10-16 ms on PostgreSQL
+    # (bench/bench_orchestration.py --server postgres --tuned batching; docs/tracking-prefect.md).
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+}
+
+
 class ServiceError(RuntimeError):
     """A service of the stack failed to start (the message names it and its log)."""
 
@@ -66,6 +77,7 @@ class StackConfig:
     crash_retries: int = 0  # crashed runs the watcher puts back in the queue, per run
     deploy: bool = True  # create the pool and deploy prefect.yaml
     extra_env: dict[str, str] = field(default_factory=dict)  # for workers and their flow runs
+    server_settings: dict[str, str] = field(default_factory=lambda: dict(SERVER_BATCHING))  # Prefect server's
 
 
 class Stack:
@@ -217,6 +229,7 @@ class Stack:
             "PREFECT_SERVER_API_AUTH_STRING": self.secrets["PREFECT_API_AUTH_STRING"],
             "PREFECT_SERVER_API_HOST": self.config.host,
             "PREFECT_SERVER_API_PORT": str(self.config.prefect_port),
+            **self.config.server_settings,
         }
         command = [
             _prefect(),
