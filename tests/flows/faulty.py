@@ -52,8 +52,12 @@ class FailOnceSAC(SAC):
         self.update_calls += 1
         if self.marker is not None and self.update_calls == self.fail_at_update and not self.marker.exists():
             self.marker.write_text("fired")
-            raise RuntimeError(f"injected fault at update {self.update_calls}")
+            self.fault()
         return super().update(batches)
+
+    def fault(self) -> None:
+        """What happens at the chosen update: an exception (subclasses hang, for instance)."""
+        raise RuntimeError(f"injected fault at update {self.update_calls}")
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "update_calls": self.update_calls}

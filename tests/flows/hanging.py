@@ -8,10 +8,8 @@ file makes it hang only the first time, so the retried flow run gets past it. Us
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
-from digideep.agents.sac import SAC
 from tests.flows import faulty
 
 cpanel = {
@@ -34,26 +32,11 @@ def gen_params(cpanel: dict) -> dict:
     return params
 
 
-class HangOnceSAC(SAC):
+class HangOnceSAC(faulty.FailOnceSAC):
     """SAC whose ``hang_at_update``-th update (counted over the whole run) hangs, once."""
 
     def __init__(self, *args: Any, hang_at_update: int, marker: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.hang_at_update = hang_at_update
-        self.marker = Path(marker) if marker else None
-        self.update_calls = 0
+        super().__init__(*args, fail_at_update=hang_at_update, marker=marker, **kwargs)
 
-    def update(self, batches: Any) -> dict[str, float]:
-        self.update_calls += 1
-        if self.marker is not None and self.update_calls == self.hang_at_update and not self.marker.exists():
-            self.marker.write_text("hanging")
-            time.sleep(3600)
-        return super().update(batches)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "update_calls": self.update_calls}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        self.update_calls = state.pop("update_calls")
-        super().load_state_dict(state)
+    def fault(self) -> None:
+        time.sleep(3600)
