@@ -22,7 +22,11 @@ README_BUCKET = "digideep-runs"
 
 
 def scaling_out_commands() -> list[str]:
-    return [c for f, c in shown_commands() if f == "README.md" and "s3://" in c]
+    return [
+        c
+        for f, c in shown_commands()
+        if f == "README.md" and "s3://" in c and c.startswith(".venv/bin/digideep ")
+    ]
 
 
 def test_the_scaling_out_commands_train_and_resume_in_a_bucket(tmp_path, s3_env, s3_bucket, mlflow_uri):

@@ -60,7 +60,8 @@ def state_of(run_id) -> str:
 
 
 def committed(bucket: str, prefix: str) -> int:
-    listing = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    # a fresh session: boto3's default one keeps the credentials it first read (another test's keys)
+    listing = boto3.session.Session().client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
     return sum(item["Key"].endswith("/commit.json") for item in listing.get("Contents", []))
 
 
@@ -237,7 +238,7 @@ def test_make_demo_cluster_spreads_a_sweep_over_both_hosts_and_survives_a_dead_h
         for host in HOSTS:
             assert names & sessions_run_by(cluster, host), f"{host} ran none of the sweep's runs"
         client = MlflowClient()
-        keys = [item["Key"] for item in boto3.client("s3").list_objects_v2(
+        keys = [item["Key"] for item in boto3.session.Session().client("s3").list_objects_v2(
             Bucket=cluster.bucket, Prefix="mlartifacts/").get("Contents", [])]  # fmt: skip
         for name in names:
             mlflow_run = Location(f"s3://{cluster.bucket}/sweep/{name}/session.json").read_json()[
