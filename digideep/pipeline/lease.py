@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -64,6 +65,7 @@ __all__ = [
     "DEFAULT_CLOCK_SKEW",
     "DEFAULT_TTL",
     "LEASE_FILE",
+    "LEASE_LOST_EXIT",
     "LEASE_MARGIN",
     "Lease",
     "LeaseLostError",
@@ -79,6 +81,8 @@ DEFAULT_CLOCK_SKEW = 10.0
 """Seconds by which hosts' clocks may disagree; added to a record's expiry before taking it over."""
 LEASE_MARGIN = 15.0
 """Seconds the lease must still be held for when a checkpoint commits (and the least ttl / 2)."""
+LEASE_LOST_EXIT = 75
+"""Exit status of a process that stopped because it lost its session's lease (EX_TEMPFAIL)."""
 _ATTEMPTS = 3
 
 
@@ -118,18 +122,21 @@ class Lease:
         self._token = token
         self._valid_until = sent_at + self.ttl  # monotonic: no later than any other host takes over
         self._callbacks: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held across a renewal's request
+        self._lost_lock = threading.Lock()  # never held across a request: the watchdog takes it
         self._stop = threading.Event()
         self._released = False
         self._thread = threading.Thread(target=self._beat, name="digideep-lease", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch, name="digideep-lease-expiry", daemon=True)
+        self._watchdog.start()
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` once when the lease is lost (at once if it already is).
 
         It runs on the heartbeat thread: keep it short (set a flag, request a stop).
         """
-        with self._lock:
+        with self._lost_lock:
             if not self.lost.is_set():
                 self._callbacks.append(callback)
                 return
@@ -169,7 +176,8 @@ class Lease:
                     )
             else:
                 self.record = record
-                self._valid_until = sent_at + self.ttl
+                if not self.lost.is_set():  # the watchdog may have given it up while the write hung
+                    self._valid_until = sent_at + self.ttl
         if self.lost.is_set():
             self._notify()
             return False
@@ -178,8 +186,9 @@ class Lease:
     def release(self) -> None:
         """Stop renewing and delete the record if it is still ours. Safe to call twice."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        for thread in (self._thread, self._watchdog):
+            if thread is not threading.current_thread():
+                thread.join()
         with self._lock:
             if self._released:
                 return
@@ -206,6 +215,23 @@ class Lease:
         while not self._stop.wait(self.heartbeat):
             if not self.renew():
                 return
+
+    def _watch(self) -> None:
+        """Give the lease up the moment its validity ends, even while a renewal request hangs.
+
+        The heartbeat only notices an expiry when a renewal returns, which a store that stopped
+        answering delays by the request's timeouts: past the record's expiry plus the clock skew,
+        when another host may already have taken the session over.
+        """
+        while not self.lost.is_set():
+            left = self._valid_until - time.monotonic()
+            if left <= 0:
+                break
+            if self._stop.wait(left):
+                return
+        if not self._released:
+            self._lose(f"could not renew it within its {self.ttl:g} s (the store did not answer)")
+            self._notify()
 
     def _write_ours(self, record: dict[str, Any]) -> str:
         try:
@@ -241,20 +267,39 @@ class Lease:
         return f"it was taken over by {holder}" if holder.startswith("host ") else "it was taken over"
 
     def _lose(self, reason: str) -> None:
-        self.lost_reason = reason
-        self.lost.set()
+        with self._lost_lock:
+            if self.lost.is_set():  # the heartbeat and the watchdog may both find it lost
+                return
+            self.lost_reason = reason
+            self.lost.set()
         log.error(
             "lost the session lease %s: %s; this run must stop writing to the session", self.url, reason
         )
 
     def _notify(self) -> None:
-        with self._lock:
+        with self._lost_lock:
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             try:
                 callback(self.lost_reason or "lost")
             except Exception:
                 log.exception("a lease-lost callback failed")
+
+
+def exit_process(reason: str) -> None:
+    """An ``on_lost`` callback: end this process at once with :data:`LEASE_LOST_EXIT`.
+
+    A process cannot take back the requests it already sent: a write that passed
+    :meth:`Lease.ensure_held` and then hung on a dead connection is retried, and lands, whenever
+    the network comes back, possibly after another host took the session over. Only ending the
+    process ends those retries, so a training process whose lease is lost stops where it is (what a
+    fencing-less lease holder must do); its session resumes from its newest committed checkpoint.
+    """
+    print(f"digideep: error: lost the session lease ({reason}); stopping at once", file=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(LEASE_LOST_EXIT)
 
 
 def acquire_session_lease(

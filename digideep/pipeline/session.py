@@ -60,7 +60,7 @@ from filelock import FileLock, Timeout
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease
+from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease, exit_process
 from digideep.utility.files import atomic_write_bytes, atomic_write_json
 from digideep.utility.location import Location
 
@@ -303,6 +303,7 @@ class Session:
             "flow_run_id": os.environ.get("PREFECT__FLOW_RUN_ID"),  # set by Prefect for its flow runs
         }
         self._lease = acquire_session_lease(self.url, info, ttl=lease_ttl())
+        self._lease.on_lost(exit_process)  # its hung writes may land after a takeover: stop them all
 
     def ensure_held(self, margin: float = 0.0) -> None:
         """Raise unless this process may still write the session for ``margin`` more seconds.
