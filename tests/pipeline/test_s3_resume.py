@@ -64,7 +64,8 @@ def kill_after_s3_checkpoints(
 @pytest.mark.parametrize(
     ("params", "cpanel", "fresh_folder"),
     [
-        ("params.pendulum_sac", SMALL_SAC, False),
+        # the same working folder is the easier case of the next one: slow, to keep the suite short
+        pytest.param("params.pendulum_sac", SMALL_SAC, False, marks=pytest.mark.slow),
         pytest.param("params.pendulum_sac", SMALL_SAC, True),
         pytest.param("params.mujoco_sac", HALFCHEETAH, True, marks=pytest.mark.slow),
     ],
