@@ -53,9 +53,25 @@ def stack(tmp_path_factory, mlflow_uri, s3_server):
     try:
         local.up()
         with temporary_settings({PREFECT_API_URL: local.api_url}):
-            yield local
+            try:
+                yield local
+            finally:
+                drain_prefect_clients()
     finally:
         local.stop()
+
+
+def drain_prefect_clients(timeout: float = 30.0) -> None:
+    """Send what flows run in this process left queued (events, logs) while their server is still up.
+
+    Otherwise Prefect's background workers keep them and, at interpreter exit, retry them against a
+    server that is gone, holding pytest's exit for minutes.
+    """
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        worker.drain_all(timeout=timeout)
 
 
 def start(deployment: str, parameters: dict) -> str:
