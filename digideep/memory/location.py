@@ -20,6 +20,8 @@ from typing import Any
 import zarr
 from zarr.core.sync import sync
 
+from digideep.utility.location import environment_options
+
 __all__ = ["Location", "copy_objects", "delete_objects", "list_objects"]
 
 _CONCURRENCY = 32  # requests in flight for copies on object storage
@@ -62,7 +64,12 @@ class Location:
         if self.path is not None:
             return str(self.path)
         return zarr.storage.FsspecStore.from_url(
-            self.url, storage_options={"asynchronous": True}, read_only=read_only
+            self.url,
+            storage_options={
+                "asynchronous": True,
+                **environment_options(self.url.split("://", 1)[0].lower()),
+            },
+            read_only=read_only,
         )
 
     def open_group(self, mode: str) -> zarr.Group:

@@ -77,7 +77,7 @@ class Location:
         try:
             from fsspec.core import url_to_fs
 
-            self.fs, key = url_to_fs(text, use_listings_cache=False)
+            self.fs, key = url_to_fs(text, use_listings_cache=False, **environment_options(self.protocol))
         except ImportError as error:
             package = _PACKAGES.get(self.protocol, error.name or "its fsspec backend")
             extra = _EXTRAS.get(self.protocol)
@@ -285,6 +285,27 @@ class Location:
         )
 
 
+_S3_VARIABLES = {
+    "endpoint_url": "AWS_ENDPOINT_URL",
+    "key": "AWS_ACCESS_KEY_ID",
+    "secret": "AWS_SECRET_ACCESS_KEY",
+    "token": "AWS_SESSION_TOKEN",
+}
+
+
+def environment_options(protocol: str) -> dict[str, str]:
+    """The S3 endpoint and credentials the environment sets, passed to s3fs explicitly.
+
+    s3fs reads the same variables itself; passing them makes them part of fsspec's cache key for
+    filesystem instances, so a process whose environment points at another store later (a worker
+    running flows for several stacks, a test suite) gets a filesystem for that store, never the
+    cached one of the first. Unset variables are left to s3fs (profiles, instance roles).
+    """
+    if protocol not in ("s3", "s3a"):
+        return {}
+    return {option: os.environ[name] for option, name in _S3_VARIABLES.items() if os.environ.get(name)}
+
+
 def _probe_filesystem(location: Location) -> Any:
     """A filesystem for one quick request: on S3, few retries and short timeouts (a bad endpoint
     answers within seconds); the session's own filesystem keeps the client's patient defaults."""
@@ -294,6 +315,7 @@ def _probe_filesystem(location: Location) -> Any:
 
     fs, _ = url_to_fs(
         location.url,
+        **environment_options(location.protocol),
         skip_instance_cache=True,
         use_listings_cache=False,
         config_kwargs={"connect_timeout": 3, "read_timeout": 5, "retries": {"max_attempts": 2}},
