@@ -15,19 +15,11 @@ from typing import Any
 
 from digideep.agents.sac import SAC
 from params import pendulum_sac
+from tests.flows import faulty
 
 cpanel = {
-    **pendulum_sac.cpanel,
+    **{key: value for key, value in faulty.cpanel.items() if key not in ("fail_at_update", "marker")},
     "number_epochs": 3,  # iterations to train (epoch_size 1)
-    "epoch_size": 1,
-    "n_steps": 20,
-    "learning_starts": 20,
-    "batch_size": 32,
-    "hidden_sizes": [32, 32],
-    "save_interval": 1,
-    "test_interval": 3,
-    "test_episodes": 1,
-    "buffer_size": 1000,
     "sleep_at_update": 2,  # the update call that sleeps
     "sleep_seconds": 0.0,  # how long it sleeps (a busy stage: the process stays alive)
     "marker": "",  # file that receives the flow process's pid when the sleep starts
