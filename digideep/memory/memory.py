@@ -278,6 +278,13 @@ class Memory:
         """Wait for outstanding writes and end the background writer (it also ends with the memory)."""
         self.storage.close()
 
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close on leaving a ``with`` block, so no background write outlives the block's folder."""
+        self.close()
+
     def _ring_state(self, state: Mapping[str, int]) -> RingState:
         layout = (state.get("num_workers"), state.get("capacity"))
         if layout != (self.num_workers, self.capacity):

@@ -65,14 +65,14 @@ def random_chunks(count: int, num_workers: int = 2, n_steps: int = 50) -> list[d
 def main(folder: Path) -> None:
     chunks = random_chunks(3)
     # --8<-- [start:use]
-    memory = Memory(folder / "train.zarr", num_workers=2, capacity=1000)
-    for chunk in chunks:
-        memory.store(chunk)
     keys = ["/observations", "/agents/agent/actions", "/rewards", "/next_observations", "/terminals"]
     sampler = replay_sampler(keys)
     sampler.insert(1, check_nan)  # debug units: raise on NaN/inf, log shapes
     sampler.insert(2, inspect_shapes)
-    batch = sampler(memory)  # {"/observations": (4, 64, 4), ..., "/indices": (4, 64, 2)}
+    with Memory(folder / "train.zarr", num_workers=2, capacity=1000) as memory:  # closing waits for Zarr
+        for chunk in chunks:
+            memory.store(chunk)
+        batch = sampler(memory)  # {"/observations": (4, 64, 4), ..., "/indices": (4, 64, 2)}
 
     rollout = RolloutMemory(num_workers=2)
     rollout.store(chunks[-1])

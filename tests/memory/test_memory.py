@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +130,14 @@ def test_constructor_refuses_bad_arguments(tmp_path: Path) -> None:
         Memory(tmp_path / "m.zarr", 1, 1)
     with pytest.raises(ValueError, match="num_workers"):
         Memory(tmp_path / "m.zarr", 0, 10)
+
+
+def test_a_with_block_ends_the_background_writer_with_every_chunk_written(tmp_path: Path) -> None:
+    """The block's end waits for Zarr: the folder can be removed right after it (docs/examples do)."""
+    before = set(threading.enumerate())
+    with Memory(tmp_path / "m.zarr", num_workers=2, capacity=10) as memory:
+        fill(memory, [4, 4, 4])
+        writers = [t for t in set(threading.enumerate()) - before if t.name.startswith("write-behind")]
+        assert writers, "the memory writes behind on a thread of its own"
+    assert not any(t.is_alive() for t in writers)
+    shutil.rmtree(tmp_path / "m.zarr")  # raises if a write still lands in it
