@@ -110,7 +110,8 @@ def session_state(url: str) -> tuple[dict, dict]:
     return states, {"contents": contents, "pointers": memory.state_dict(), "iteration": info["iteration"]}
 
 
-@pytest.mark.parametrize("storage", ["local", "s3"])
+# the local-disk case is slow: the S3 case runs the same retry and needs more of the code to work
+@pytest.mark.parametrize("storage", [pytest.param("local", marks=pytest.mark.slow), "s3"])
 def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(
     stack, tmp_path, run_env, storage, request
 ):

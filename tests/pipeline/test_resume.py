@@ -120,8 +120,11 @@ def final_state(root: Path, name: str) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize(
     ("params", "cpanel"),
-    [("params.pendulum_sac", SMALL_SAC), ("params.mujoco_sac", HALFCHEETAH)],
-    ids=["Pendulum-v1", "HalfCheetah-v5"],
+    [
+        pytest.param("params.pendulum_sac", SMALL_SAC, id="Pendulum-v1"),
+        # slow: Pendulum covers the same code, and test_s3_resume.py runs HalfCheetah on S3 (also slow)
+        pytest.param("params.mujoco_sac", HALFCHEETAH, id="HalfCheetah-v5", marks=pytest.mark.slow),
+    ],
 )
 def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_env, params, cpanel, device):
     run(train_command(tmp_path, "straight", params, cpanel, device), run_env)
