@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from digideep.pipeline.checkpoint import (
     load_checkpoint,
     write_checkpoint,
 )
+from digideep.pipeline.counters import Counters
 from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
@@ -52,7 +53,7 @@ from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
 
-__all__ = ["ITERATION_STAGES", "Counters", "Runner", "StageCall"]
+__all__ = ["ITERATION_STAGES", "Runner", "StageCall"]
 
 log = logging.getLogger(__name__)
 
@@ -64,36 +65,6 @@ StageCall = Callable[[str, Callable[[], Any]], Any]
 def call_directly(stage: str, function: Callable[[], Any]) -> Any:
     """The plain driver: run the stage in place."""
     return function()
-
-
-@dataclass
-class Counters:
-    """Progress of a run; saved in both checkpoint files and restored on resume."""
-
-    iteration: int = 0  # iterations completed
-    frames: int = 0  # train transitions collected (steps x workers)
-    wall_time: float = 0.0  # seconds spent training, summed over resumes
-    last_log_frames: int = 0  # frames at the last log stage (for steps per second)
-    best_test_return: float = -math.inf  # best mean test return so far
-    best_checkpoint: int = -1  # iteration of the checkpoint holding that return (-1: none)
-    last_checkpoint: int = -1  # iteration of the newest checkpoint (-1: none)
-    last_test_return: float = math.nan  # mean test return of the latest test (NaN: none yet)
-
-    @classmethod
-    def from_dict(cls, saved: dict[str, Any]) -> Counters:
-        """Counters from a checkpoint; fields added since it was written take their defaults.
-
-        Raises:
-            UsageError: ``saved`` holds a field these counters do not know (a newer digideep's checkpoint).
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(saved) - known)
-        if unknown:
-            raise UsageError(
-                f"checkpoint counters {unknown} are unknown to this digideep version; "
-                "resume it with the version that wrote it"
-            )
-        return cls(**saved)
 
 
 class Runner:
