@@ -228,29 +228,30 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     )
     if fast and all(p in state for group in optimizer.param_groups for p in group["params"]):
         start = 0
-        for group in optimizer.param_groups:
-            params = group["params"]
-            states = [state[p] for p in params]
-            beta1, beta2 = group["betas"]
-            functional_adam(
-                params,
-                list(grads[start : start + len(params)]),
-                [s["exp_avg"] for s in states],
-                [s["exp_avg_sq"] for s in states],
-                [],
-                [s["step"] for s in states],
-                foreach=group["foreach"],
-                fused=group["fused"],
-                decoupled_weight_decay=group.get("decoupled_weight_decay", False),
-                amsgrad=False,
-                beta1=beta1,
-                beta2=beta2,
-                lr=group["lr"],
-                weight_decay=group["weight_decay"],
-                eps=group["eps"],
-                maximize=group["maximize"],
-            )
-            start += len(params)
+        with torch.no_grad():  # as Optimizer.step
+            for group in optimizer.param_groups:
+                params = group["params"]
+                states = [state[p] for p in params]
+                beta1, beta2 = group["betas"]
+                functional_adam(
+                    params,
+                    list(grads[start : start + len(params)]),
+                    [s["exp_avg"] for s in states],
+                    [s["exp_avg_sq"] for s in states],
+                    [],
+                    [s["step"] for s in states],
+                    foreach=group["foreach"],
+                    fused=group["fused"],
+                    decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+                    amsgrad=False,
+                    beta1=beta1,
+                    beta2=beta2,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=group["maximize"],
+                )
+                start += len(params)
         return
     params = optimizer_params(optimizer)
     for param, grad in zip(params, grads, strict=True):
