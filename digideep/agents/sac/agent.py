@@ -3,9 +3,10 @@
 The update follows CleanRL's ``sac_continuous_action.py`` and SB3's ``SAC.train``: soft Q target from
 the target critics under ``no_grad``, critic step, then (every ``policy_frequency`` gradient steps) the
 actor step against the freshly updated critics together with the temperature step, then the Polyak
-average of the target critics. Both critics are one ensemble (one batched forward and backward); the
-actor loss reads the critics through detached weights, so no critic weight gradients are computed
-for it.
+average of the target critics. Both critics are one ensemble (one call, one backward); the actor loss
+reads the critics through detached weights, so no critic weight gradients are computed for it.
+Gradients come from ``torch.autograd.grad`` and go straight into the optimizer's update
+(:func:`~digideep.agents.off_policy.adam_step`): no ``zero_grad``, no ``.grad`` accumulation.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from digideep.agents.off_policy import OffPolicyAgent, Transitions
+from digideep.agents.off_policy import OffPolicyAgent, Transitions, adam_step, optimizer_params
 from digideep.agents.sac import losses
 from digideep.agents.sac.policy import SACPolicy
 from digideep.agents.utils import MetricAccumulator, make_adam, polyak_update
@@ -88,6 +89,7 @@ class SAC(OffPolicyAgent):
         self.actor_optimizer = make_adam(actor_groups, actor_lr or lr, self.device)
         self._target_params = list(self.policy.unwrapped("critic_target").parameters())
         self._online_params = list(critic.parameters())
+        self._actor_params = optimizer_params(self.actor_optimizer)  # actor, then log_alpha
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(
@@ -121,9 +123,7 @@ class SAC(OffPolicyAgent):
                     )
                 q = policy.q_values(obs, actions)
                 qf_loss = losses.critic_loss(q, target)
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            qf_loss.backward()
-            self.critic_optimizer.step()
+            adam_step(self.critic_optimizer, torch.autograd.grad(qf_loss, self._online_params))
             metrics.add(**{"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()})
 
             if self.updates % self.policy_frequency == 0:
@@ -136,9 +136,7 @@ class SAC(OffPolicyAgent):
                         alpha_loss = losses.alpha_loss(policy.log_alpha, log_prob, self.target_entropy)
                         loss = loss + alpha_loss
                         metrics.add(**{"losses/alpha_loss": alpha_loss.detach()})
-                self.actor_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.actor_optimizer.step()
+                adam_step(self.actor_optimizer, torch.autograd.grad(loss, self._actor_params))
                 alpha = policy.log_alpha.detach().exp()
                 metrics.add(
                     **{"losses/actor_loss": actor_loss.detach(), "losses/entropy": -log_prob.detach().mean()}

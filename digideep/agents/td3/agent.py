@@ -19,7 +19,7 @@ import gymnasium as gym
 import torch
 
 from digideep.agents.noise import make_noise
-from digideep.agents.off_policy import OffPolicyAgent, Transitions
+from digideep.agents.off_policy import OffPolicyAgent, Transitions, adam_step
 from digideep.agents.td3 import losses
 from digideep.agents.td3.policy import DeterministicPolicy
 from digideep.agents.utils import MetricAccumulator, make_adam, polyak_update
@@ -92,7 +92,9 @@ class TD3(OffPolicyAgent):
             *self.policy.unwrapped("actor_target").parameters(),
             *self.policy.unwrapped("critic_target").parameters(),
         ]
-        self._online_params = [*actor.parameters(), *critic.parameters()]
+        self._actor_params = list(actor.parameters())
+        self._critic_params = list(critic.parameters())
+        self._online_params = [*self._actor_params, *self._critic_params]
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(
@@ -122,17 +124,13 @@ class TD3(OffPolicyAgent):
                     target = losses.q_target(data.rewards[i], data.terminals[i], next_q, gamma)
                 q = policy.q_values(obs, data.actions[i])
                 qf_loss = losses.critic_loss(q, target)
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            qf_loss.backward()
-            self.critic_optimizer.step()
+            adam_step(self.critic_optimizer, torch.autograd.grad(qf_loss, self._critic_params))
             metrics.add(**{"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()})
 
             if self.updates % self.policy_frequency == 0:
                 with self.mixed_precision():
                     actor_loss = losses.actor_loss(policy.q1_detached(obs, policy.actor(obs)))
-                self.actor_optimizer.zero_grad(set_to_none=True)
-                actor_loss.backward()
-                self.actor_optimizer.step()
+                adam_step(self.actor_optimizer, torch.autograd.grad(actor_loss, self._actor_params))
                 polyak_update(self._target_params, self._online_params, self.tau)
                 metrics.add(**{"losses/actor_loss": actor_loss.detach()})
             self.updates += 1
