@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-__all__ = ["CONSOLE", "ProgressBar", "console_handler"]
+__all__ = ["CONSOLE", "ProgressBar", "StderrHandler", "console_handler"]
 
 CONSOLE = Console(stderr=True)
 PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
@@ -27,9 +27,30 @@ def console_handler() -> logging.Handler:
     """The console log handler: rich on a terminal (above the bar), plain lines elsewhere."""
     if CONSOLE.is_terminal:
         return RichHandler(console=CONSOLE, show_path=False, log_time_format="%H:%M:%S")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter(PLAIN_FORMAT, "%H:%M:%S"))
     return handler
+
+
+class StderrHandler(logging.StreamHandler):
+    """Plain lines to whatever ``sys.stderr`` is when a record is written.
+
+    The console handler is installed once per process (``digideep.main``), while ``sys.stderr`` can
+    be replaced after that and the replacement closed (pytest's capture, a caller that redirects
+    stderr around an in-process ``cli()`` call); a handler holding the stream it was created with
+    would then write into a closed file.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
 
 
 class ProgressBar:

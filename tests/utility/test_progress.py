@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import pty
 import re
@@ -9,6 +11,7 @@ import select
 import subprocess
 import sys
 
+from digideep.utility.progress import StderrHandler
 from tests.conftest import REPO
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -60,3 +63,16 @@ def test_elsewhere_the_output_is_plain_log_lines(tmp_path):
         ["epoch 1/2", "frames 2,560"],
         ["epoch 2/2", "frames 5,120"],
     ]
+
+
+def test_the_plain_handler_writes_to_the_current_stderr_even_after_the_first_one_closed(monkeypatch):
+    """An in-process cli() under a capture that ends must not leave a handler on a closed file."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    handler = StderrHandler()  # made while the first stderr is in place, as cli() under a capture
+    record = logging.LogRecord("digideep", logging.INFO, __file__, 1, "first", None, None)
+    handler.handle(record)
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    handler.handle(logging.LogRecord("digideep", logging.INFO, __file__, 1, "second", None, None))
+    assert second.getvalue() == "second\n"
