@@ -7,6 +7,9 @@ BIN    := $(VENV)/bin
 PARAMS ?= params.pendulum_sac
 CPANEL ?= {}
 PYTEST_ARGS ?=
+# test processes: the suite mostly waits on subprocesses and servers, so 2 use both cores of a
+# 2-core machine; each file runs whole in one process (its servers are module fixtures)
+TEST_WORKERS ?= 2
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
@@ -26,7 +29,7 @@ train: install ## run the default training (PARAMS=params.x CPANEL='{"seed": 1}'
 	$(BIN)/digideep train --params $(PARAMS) --cpanel '$(CPANEL)'
 
 test: install ## run the test suite (learning runs marked slow are left out)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: install ## run the slow learning tests only
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
