@@ -84,7 +84,7 @@ class NumpyGaussianActing:
         self.action_shape = policy.action_shape
         self._version = -1
         self.layers: list[tuple[np.ndarray, np.ndarray]] = []
-        self.std = self.log_prob_constant = np.zeros(0, np.float32)
+        self.std = self.log_prob_constant = self._minus_half = np.zeros(0, np.float32)
 
     @classmethod
     def build(
@@ -124,6 +124,7 @@ class NumpyGaussianActing:
         self.layers = layers
         self.std = np.exp(log_std)
         self.log_prob_constant = -(log_std.sum() + log_std.shape[0] * _LOG_SQRT_2PI)
+        self._minus_half = np.full((log_std.shape[0], 1), -0.5, np.float32)
         self._version = version
 
     def parameters_changed(self) -> None:
@@ -147,14 +148,15 @@ class NumpyGaussianActing:
         weight_t, bias = self.layers[-1]
         out = x @ weight_t + bias
         mean, value = out[:, :-1], out[:, -1:]
-        # log N(mean + std * noise | mean, std), summed over the action dimensions
-        log_prob = np.full((len(out), 1), self.log_prob_constant, np.float32)
+        # log N(mean + std * noise | mean, std) = -0.5 |noise|^2 - sum(log std) - d log sqrt(2 pi)
         if deterministic:
             actions = mean
+            log_prob = np.full((len(out), 1), self.log_prob_constant, np.float32)
         else:
             noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
             actions = mean + self.std * noise
-            log_prob -= 0.5 * np.square(noise).sum(-1, keepdims=True)
+            # -0.5 |noise|^2 as a matmul: (W, d) @ (d, 1), cheaper than a keepdims reduction
+            log_prob = np.square(noise) @ self._minus_half + self.log_prob_constant
         return {
             "actions": actions.reshape(-1, *self.action_shape),
             "values": value,
