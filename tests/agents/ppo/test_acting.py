@@ -135,3 +135,43 @@ def test_the_log_prob_formula_is_normals() -> None:
     actions = mean + log_std.exp() * noise
     formula = -0.5 * noise.square().sum(-1) - log_std.sum() - 3 * 0.5 * np.log(2 * np.pi)
     torch.testing.assert_close(formula, Normal(mean, log_std.exp()).log_prob(actions).sum(-1))
+
+
+def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp_path) -> None:
+    """Pendulum (NumPy acting, flat buffer): 4 iterations straight == 2, checkpoint, new Runner, 2 more."""
+    from digideep.pipeline.checkpoint import find_checkpoints
+    from digideep.pipeline.runner import Runner
+    from digideep.pipeline.session import Session
+    from tests.agents.runner_setup import small_params
+
+    params = small_params("digideep.agents.ppo.PPO", {"batch_size": 16, "n_epochs": 2}, "Pendulum-v1", 1, 32)
+    params["runner"].update({"number_epochs": 4, "save_interval": 2})
+    finals = {}
+    for name in ("straight", "killed"):
+        session = Session(root=tmp_path / name, name="run", device="cpu")
+        runner = Runner(session, params)
+        try:
+            if name == "straight":
+                assert runner.train() == "finished"
+                finals[name] = runner.agents["agent"].state_dict()
+                continue
+            for _ in range(2):  # the Runner's stages, as the loop calls them, then a checkpoint and a "kill"
+                runner.explore(), runner.store(), runner.sample(), runner.update()
+            runner.checkpoint()
+        finally:
+            runner.close()
+            session.close()
+        session = Session(root=tmp_path / name, name="run", resume=True, device="cpu")
+        resumed = Runner.from_checkpoint(session, find_checkpoints(session.checkpoints_path)[-1].path)
+        try:
+            assert resumed.counters.iteration == 2
+            assert resumed.train() == "finished"
+            finals[name] = resumed.agents["agent"].state_dict()
+        finally:
+            resumed.close()
+            session.close()
+    straight, killed = finals["straight"], finals["killed"]
+    assert straight["acting_rng"] == killed["acting_rng"]
+    assert straight["counters"] == killed["counters"]
+    for key, value in straight["policy"].items():
+        assert torch.equal(killed["policy"][key], value), key
