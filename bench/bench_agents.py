@@ -11,7 +11,8 @@
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
   PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. With a second thread count
   digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames); the raw
-  env step rate (random actions, no agent) is measured beside the Explorer's.
+  env step rate (random actions, no agent) and the same Explorer with a random agent are measured
+  beside the Explorer with PPO, so that the acting cost and the Explorer's own cost show apart.
 - ``--threads 1 2``: every digideep and SB3 figure at each torch thread count, all interleaved; ratios
   against SB3 at the first count.
 
@@ -309,16 +310,39 @@ def bench_ppo(args: argparse.Namespace) -> None:
             )
     report("PPO frames/s incl. updates", interleaved(runs, args.repeats, frames), f"sb3 {first}t")
     torch.set_num_threads(first)
+    random_explorer = random_agent_explorer(n_steps)
+    explorers.append(random_explorer)
     acting = interleaved(
-        {"explorer": (first, act_only), "raw env": (first, raw_env(n_steps))}, args.repeats, n_steps
+        {
+            "explorer": (first, act_only),
+            "random": (first, random_explorer.update),
+            "raw env": (first, raw_env(n_steps)),
+        },
+        args.repeats,
+        n_steps,
     )
+    us = {k: 1e6 / rate for k, rate in acting.items()}
     print(
         f"PPO acting, 1 env: Explorer {acting['explorer']:.0f} steps/s, raw env {acting['raw env']:.0f} "
         f"steps/s: {acting['explorer'] / acting['raw env']:.2f} of the raw rate "
-        f"({1e6 / acting['explorer'] - 1e6 / acting['raw env']:.0f} us per step beside the env)"
+        f"({us['explorer'] - us['raw env']:.0f} us per step beside the env: PPO's acting "
+        f"{us['explorer'] - us['random']:.0f} us, the Explorer with a random agent "
+        f"{us['random'] - us['raw env']:.0f} us, {acting['random'] / acting['raw env']:.2f} of the raw rate)"
     )
     for each in explorers:
         each.close()
+
+
+def random_agent_explorer(n_steps: int) -> Explorer:
+    """The same Explorer with uniform random actions: what the Explorer costs without PPO's acting."""
+    from digideep.environment.make_environment import MakeEnvironment
+    from digideep.environment.random_agent import RandomAgent
+
+    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    env_params = {"model_name": "HalfCheetah-v5"}
+    _, action_space = MakeEnvironment(**env_params).spaces()
+    agent = RandomAgent("agent", session, None, action_space["agent"], seed=0)
+    return Explorer(session, {"agent": agent}, "train", env_params, 1, n_steps, seed=0)
 
 
 def report(title: str, rates: dict[str, float], baseline: str, floor: float | None = None) -> None:

@@ -20,6 +20,8 @@ import torch
 from digideep.agents.base import AgentBase
 from digideep.agents.networks import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
+from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
+from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
 from digideep.agents.utils import MetricAccumulator, ObservationAdapter, make_adam, to_torch
 from digideep.memory import LastChunk
@@ -154,8 +156,15 @@ class PPO(AgentBase):
                 ["actor", "critic"] if encoder is None else ["encoder", "actor", "critic"]
             )
         self.hidden_size = self.policy.recurrent_size
-        self.optimizer = make_adam(self.policy.parameters(), self.lr, self.device, eps=adam_eps)
-        self._params = [p for p in self.policy.parameters() if p.requires_grad]
+        # one flat tensor for Adam and the gradient clip (flat_parameters.py says why)
+        self.flat = FlatParameters(self.policy)
+        self.optimizer = make_adam([self.flat.param], self.lr, self.device, eps=adam_eps)
+        # acting in NumPy on views of the parameters where it applies (numpy_acting.py says why), with
+        # its own noise generator, seeded from torch's so that the run's seed fixes it
+        self.acting_rng = np.random.Generator(np.random.PCG64(int(torch.randint(2**62, ()))))
+        self._numpy_acting = NumpyGaussianActing.build(
+            self.policy, [self.flat.param, *self.flat.params], self.acting_rng
+        )
         self.sampler = LastChunk()
 
     def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
@@ -184,6 +193,22 @@ class PPO(AgentBase):
         ]
 
     # -- acting ----------------------------------------------------------------------------------
+    def action_generator(
+        self,
+        observations: Any,
+        hidden_state: np.ndarray,
+        masks: np.ndarray,
+        deterministic: bool = False,
+    ) -> dict[str, Any]:
+        """Actions for one step of every worker (see :meth:`AgentBase.action_generator`).
+
+        A feed-forward Gaussian policy on the CPU acts in NumPy (:mod:`.numpy_acting`); the others in torch.
+        """
+        if self._numpy_acting is None or isinstance(observations, Mapping):
+            return super().action_generator(observations, hidden_state, masks, deterministic)
+        artifacts = self._numpy_acting(observations, deterministic)
+        return {"actions": artifacts.pop("actions"), "hidden_state": hidden_state, "artifacts": artifacts}
+
     def _act(
         self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
     ) -> dict[str, Any]:
@@ -221,6 +246,8 @@ class PPO(AgentBase):
             self._epochs_recurrent(data, clip, metrics)
         else:
             self._epochs_flat(data, clip, metrics)
+        if self._numpy_acting is not None:
+            self._numpy_acting.parameters_changed()
         returns, old_values = data["returns"], data["values"]
         explained = 1.0 - (returns - old_values).var() / returns.var().clamp_min(1e-8)
         metrics.add(
@@ -297,8 +324,8 @@ class PPO(AgentBase):
                 advantages = losses.normalize_per_minibatch(shuffled.advantages, batch_size)
                 shuffled = shuffled._replace(advantages=advantages)
             log_ratios = []
-            for start in range(0, size, batch_size):
-                batch = Minibatch(*(x[start : start + batch_size] for x in shuffled))
+            for parts in zip(*(x.split(batch_size) for x in shuffled), strict=True):
+                batch = Minibatch(*parts)
                 features = self.policy.encode(batch.observations)  # the shared trunk, once per minibatch
                 log_ratios.append(self._step(features, batch, clip, metrics))
             if self._epoch_end(log_ratios, clip, metrics):
@@ -348,10 +375,11 @@ class PPO(AgentBase):
         loss = pg_loss + self.vf_coef * v_loss
         if self.ent_coef:
             loss = loss + self.ent_coef * losses.entropy_loss(entropy)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat.zero_grad()
         loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._params, self.max_grad_norm, foreach=True)
+        if self.max_grad_norm is not None:  # clip_grad_norm_'s formula on the one flat gradient (3x cheaper)
+            grad = self.flat.param.grad
+            grad.mul_((self.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp_(max=1.0))
         self.optimizer.step()
         self.updates += 1
         metrics.add(
@@ -375,3 +403,20 @@ class PPO(AgentBase):
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:
         return {"policy": self.policy, "optimizer": self.optimizer}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizer, counters and the state of the acting noise generator."""
+        return {**super().state_dict(), "acting_rng": self.acting_rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`.
+
+        Checkpoints from before the flat parameter buffer (optimizer state per parameter) and before
+        the acting generator (no ``acting_rng``: the generator keeps its seed) load too.
+        """
+        state = dict(state)
+        if "optimizer" in state:
+            state["optimizer"] = merge_optimizer_state(state["optimizer"], self.flat.params)
+        super().load_state_dict(state)
+        if "acting_rng" in state:
+            self.acting_rng.bit_generator.state = state["acting_rng"]

@@ -7,7 +7,9 @@ CNN, CleanRL's ``ppo_atari.py``) is a trunk that actor and critic share; the hea
 linear layers by default (``hidden_sizes=()``).
 
 Fusing actor and critic into one batched two-member network was measured no faster at 64x64 on CPU
-(the cost is per-operation overhead, not arithmetic), so they stay two plain modules.
+(the cost is per-operation overhead, not arithmetic), so they stay two plain modules. Acting is
+where fusing pays: on the CPU the agent acts through :mod:`~digideep.agents.ppo.numpy_acting`, one
+fused NumPy forward over copies of these weights.
 """
 
 from __future__ import annotations
