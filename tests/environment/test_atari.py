@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from digideep.environment import atari
 from digideep.environment.make_environment import MakeEnvironment
+from digideep.memory import RolloutMemory
 
 from .conftest import assert_chunks_equal, save_and_restore
 
@@ -89,6 +90,26 @@ def test_resume_repeats_the_next_chunk_bit_for_bit(make_explorer) -> None:
     env = {**BREAKOUT, "env_kwargs": {"repeat_action_probability": 0.25}}  # sticky: the emulator's RNG too
     _, restored, expected = save_and_restore(make_explorer, env, n_steps=64)
     assert_chunks_equal(expected, restored.update())
+
+
+def test_rollout_memory_holds_each_frame_once_and_gives_the_chunk_back_bit_for_bit(make_explorer) -> None:
+    """Lives end episodes often in Breakout: resets and final observations land inside the chunk."""
+    explorer = make_explorer({**BREAKOUT}, num_workers=2, n_steps=300, seed=0)
+    chunk = explorer.update()
+    assert np.nansum(chunk["/terminals"]) >= 2, "the chunk crosses episode ends"
+    memory = RolloutMemory(2)
+    memory.store(chunk)
+    assert_chunks_equal(memory.last_chunk(), dict(chunk))
+    rng = np.random.default_rng(0)
+    workers, rows = rng.integers(0, 2, 256), rng.integers(0, 301, 256)
+    for key in ("/observations", "/next_observations"):
+        np.testing.assert_array_equal(memory.gather(key, workers, rows), chunk[key][workers, rows])
+    frame = 84 * 84
+    per_transition = (
+        memory.nbytes - sum(v.nbytes for k, v in chunk.items() if "observations" not in k)
+    ) / 602
+    # one frame a row, plus whole stacks where a (random, short) life ended: far from eight frames
+    assert per_transition < 2 * frame
 
 
 def test_resize_is_the_area_average() -> None:
