@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 
-from digideep.memory import RolloutMemory, frames
+from digideep.memory import Memory, RolloutMemory, frames
 
 STACK, SIZE = 4, (6, 5)
 
@@ -110,3 +111,26 @@ def test_frames_false_keeps_the_arrays_as_stored() -> None:
     memory = RolloutMemory(1, frames=False)
     memory.store(chunk)
     assert memory.last_chunk()["/observations"] is chunk["/observations"]
+
+
+def test_replay_memory_compresses_image_keys_on_disk_and_reloads_them_exactly(tmp_path) -> None:
+    """The replay Memory's ring is fixed rows per key, so it keeps stacks whole in RAM; on disk,
+    ``compression="images"`` zstd-compresses the uint8 image keys only."""
+    chunk = stacked_episodes(2, 40, ends={0: [10]})
+    sizes = {}
+    for compression in (None, "images"):
+        path = tmp_path / f"{compression}.zarr"
+        with Memory(path, num_workers=2, capacity=64, compression=compression) as memory:
+            memory.store(chunk)
+            memory.flush()
+        sizes[compression] = sum(
+            f.stat().st_size for f in path.rglob("*") if f.is_file() and "observations" in str(f)
+        )
+        loaded = Memory(path, num_workers=2, capacity=64, compression=compression)
+        loaded.load()
+        assert_same(loaded.last_chunk(), chunk)
+        group = zarr.open_group(path, mode="r")
+        codecs = {key: group[key].compressors for key in ("observations", "rewards")}
+        loaded.close()
+    assert codecs["observations"] and not codecs["rewards"], codecs
+    assert sizes["images"] < sizes[None] / 2, sizes
