@@ -5,7 +5,8 @@
 - Memory: one real Pong chunk (8 envs x 128 steps, random actions) kept plain and in the
   RolloutMemory (stacked frames held once, :mod:`digideep.memory.frames`): bytes per transition of
   the whole chunk and of the observation keys, and the cost of ``store``, of reading the whole chunk
-  (what PPO does) and of gathering one 256-row minibatch, each against the plain path.
+  (what PPO does) and of gathering one 256-row minibatch, each against the plain path. Also the
+  replay Memory's Zarr copy on disk, uncompressed and with ``compression="images"``.
 - PPO on PongNoFrameskip-v4 with CleanRL's settings (``params/atari_ppo.py``: 8 envs, 128 steps,
   4 epochs, minibatch 256, the Nature CNN): environment frames per second (agent steps, each 4
   emulator frames) including the updates. digideep runs Explorer + RolloutMemory + PPO with the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -98,7 +100,7 @@ def ppo_parts(vectorization: str) -> tuple[Any, Any, Any, Any]:
 
 
 def bench_memory(repeats: int) -> None:
-    from digideep.memory import RolloutMemory
+    from digideep.memory import Memory, RolloutMemory
 
     _, explorer, _, _ = ppo_parts("sync")
     chunk = dict(explorer.update())
@@ -115,6 +117,18 @@ def bench_memory(repeats: int) -> None:
         f"  bytes per transition: plain {plain_bytes / transitions:,.0f}, frames once "
         f"{memory.nbytes / transitions:,.0f} ({plain_bytes / memory.nbytes:.1f}x less); observation keys "
         f"alone {plain_images / transitions:,.0f} -> {held_images / transitions:,.0f}"
+    )
+    disk = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for compression in (None, "images"):
+            path = Path(folder) / f"{compression}.zarr"
+            with Memory(path, WORKERS, STEPS + 1, compression=compression) as replay:
+                replay.store(chunk)
+                replay.flush()
+            disk[compression] = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(
+        f"  replay Memory on disk (Zarr), bytes per transition: uncompressed {disk[None] / transitions:,.0f}, "
+        f"compression='images' {disk['images'] / transitions:,.0f} (the RAM ring keeps stacks whole)"
     )
     plain, frames = RolloutMemory(WORKERS, frames=False), RolloutMemory(WORKERS)
     rng = np.random.default_rng(0)

@@ -128,9 +128,15 @@ def _stack_index(stacks: StackedFrames, flat_rows: np.ndarray) -> np.ndarray:
     return np.where(slot >= S - 1 - age, from_newest, from_whole)
 
 
-def _frames(stacks: StackedFrames) -> np.ndarray:
+def _gather(stacks: StackedFrames, index: np.ndarray) -> np.ndarray:
+    """Frames at ``index`` (of :func:`_stack_index`) from ``newest`` and ``whole``, no pool copied."""
     frame = stacks.newest.shape[2:]
-    return np.concatenate([stacks.newest.reshape(-1, *frame), stacks.whole.reshape(-1, *frame)])
+    newest, whole = stacks.newest.reshape(-1, *frame), stacks.whole.reshape(-1, *frame)
+    out = np.empty((*index.shape, *frame), stacks.dtype)
+    recent = index < len(newest)
+    out[recent] = newest[index[recent]]
+    out[~recent] = whole[index[~recent] - len(newest)]
+    return out
 
 
 def encode_next(values: np.ndarray, observations: np.ndarray, source: str) -> NextFrames:
@@ -152,7 +158,7 @@ def decode(column: Column, chunk: Mapping[str, Column] | None = None) -> np.ndar
     if isinstance(column, StackedFrames):
         W, R = column.starts.shape
         index = _stack_index(column, np.arange(W * R))
-        return _frames(column)[index].reshape(column.shape)
+        return _gather(column, index).reshape(column.shape)
     if isinstance(column, NextFrames):
         if chunk is None:
             raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
@@ -170,7 +176,7 @@ def decode_rows(
     workers, rows = np.asarray(workers), np.asarray(rows)
     if isinstance(column, StackedFrames):
         flat = workers * column.starts.shape[1] + rows
-        return _frames(column)[_stack_index(column, flat)]
+        return _gather(column, _stack_index(column, flat))
     if isinstance(column, NextFrames):
         if chunk is None:
             raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
