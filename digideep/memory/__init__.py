@@ -28,9 +28,11 @@ Contract (relied on by the Runner and the agents)
       ``num_workers``, ``capacity``, ``valid_rows()``, ``physical_rows(logical)``,
       ``gather(key, workers, rows)``, ``last_chunk()``.
 
-``RolloutMemory(num_workers, keep=1, name="rollout")``
-    On-policy: holds the latest chunk(s) by reference (no copy). ``last_chunk()`` and
-    ``memory[key]`` give ``(W, T + 1, ...)``. ``flush``/``load`` do nothing.
+``RolloutMemory(num_workers, keep=1, name="rollout", frames=True)``
+    On-policy: holds the latest chunk(s) by reference (no copy), stacked uint8 frames (Atari) one
+    frame per row (:mod:`digideep.memory.frames`, rebuilt bit-identically on read). ``last_chunk()``
+    and ``memory[key]`` give ``(W, T + 1, ...)``; ``gather(key, workers, rows)`` a minibatch;
+    ``nbytes`` what it holds. ``flush``/``load`` do nothing.
 
 ``Sampler(units, info)``; ``sampler(memory)``
     Runs ``unit(data, info) -> data`` in order (:mod:`digideep.memory.sampler`). Typed samplers:

@@ -15,7 +15,7 @@ import zarr
 
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["KeySpec", "check_key", "compressors", "fill_value", "validate_chunk"]
+__all__ = ["KeySpec", "check_key", "compressors", "fill_value", "is_image", "validate_chunk"]
 
 # numpy kinds a memory stores: bool, signed and unsigned ints, floats, complex.
 _KINDS = "biufc"
@@ -147,15 +147,28 @@ def validate_chunk(
     return rows, new_specs
 
 
-def compressors(compression: str | None) -> object:
-    """The zarr codecs of ``compression``: ``None``/``"none"``, ``"zstd"`` (level 1) or ``"lz4"`` (blosc, level 1)."""
+def is_image(spec: KeySpec) -> bool:
+    """Whether rows of ``spec`` are uint8 images or frame stacks (two dimensions or more)."""
+    return spec.dtype == np.uint8 and len(spec.shape) >= 2
+
+
+def compressors(compression: str | None, spec: KeySpec | None = None) -> object:
+    """The zarr codecs of ``compression`` for a key of ``spec``.
+
+    ``None``/``"none"``; ``"zstd"`` (level 1) or ``"lz4"`` (blosc, level 1) for every key;
+    ``"images"``: zstd level 1 for uint8 image keys (:func:`is_image`; Atari's stacked frames repeat
+    each frame four times in a row and compress about 7x), none for the rest (vectors barely
+    compress). Without ``spec`` it only checks the name (``"images"`` then gives ``None``).
+    """
     if compression is None or compression == "none":
         return None
     if compression == "zstd":
         return zarr.codecs.ZstdCodec(level=1)
     if compression == "lz4":
         return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
-    raise ValueError(f"compression must be None, 'none', 'zstd' or 'lz4', got {compression!r}")
+    if compression == "images":
+        return zarr.codecs.ZstdCodec(level=1) if spec is not None and is_image(spec) else None
+    raise ValueError(f"compression must be None, 'none', 'zstd', 'lz4' or 'images', got {compression!r}")
 
 
 def _check_no_nesting(keys: list[str], name: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from digideep.memory import frames
 from digideep.memory.layout import KeySpec, validate_chunk
 
 __all__ = ["RolloutMemory"]
@@ -16,10 +17,13 @@ __all__ = ["RolloutMemory"]
 class RolloutMemory:
     """Holds the latest ``keep`` chunks as they came from the Explorer.
 
-    ``store`` keeps a reference to the chunk's dict and arrays: no copy, O(number of keys). The
-    Explorer returns fresh arrays on every ``update()``, so nothing it does later changes a stored
-    chunk; treat the arrays read from here as read-only (units that transform them return new
-    arrays). Keys may differ between chunks; a key's dtype and row shape may not.
+    ``store`` keeps a reference to the chunk's arrays: no copy, O(number of keys), except for stacked
+    uint8 frames (Atari's ``(4, 84, 84)``), which with ``frames=True`` are held one frame per row and
+    rebuilt bit-identically on read (:mod:`digideep.memory.frames`: 7 KB instead of 56 KB a
+    transition for Atari's observations and next observations). The Explorer returns fresh arrays on
+    every ``update()``, so nothing it does later changes a stored chunk; treat the arrays read from
+    here as read-only (units that transform them return new arrays). Keys may differ between
+    chunks; a key's dtype and row shape may not.
 
     It has ``flush``/``load``/``state_dict`` like :class:`~digideep.memory.memory.Memory` so the
     Runner treats every memory alike, but it keeps nothing on disk: after a resume the next
@@ -29,16 +33,18 @@ class RolloutMemory:
         num_workers: the explorer's worker count; every chunk must have it.
         keep: how many of the latest chunks to hold (1 for PPO/A2C).
         name: shown in messages.
+        frames: hold stacked uint8 frames once (see above); False keeps every array as stored.
     """
 
-    def __init__(self, num_workers: int, keep: int = 1, name: str = "rollout") -> None:
+    def __init__(self, num_workers: int, keep: int = 1, name: str = "rollout", frames: bool = True) -> None:
         if not isinstance(num_workers, int | np.integer) or num_workers < 1:
             raise ValueError(f"RolloutMemory num_workers must be an integer >= 1, got {num_workers!r}")
         if keep < 1:
             raise ValueError(f"RolloutMemory keep must be >= 1, got {keep!r}")
         self.name = name
+        self.frames = bool(frames)
         self._num_workers = int(num_workers)
-        self._chunks: deque[dict[str, np.ndarray]] = deque(maxlen=keep)
+        self._chunks: deque[dict[str, frames.Column]] = deque(maxlen=keep)
         self._specs: dict[str, KeySpec] = {}
         self._stored = 0
 
@@ -60,8 +66,13 @@ class RolloutMemory:
 
     @property
     def chunks(self) -> list[dict[str, np.ndarray]]:
-        """The held chunks, oldest first."""
-        return list(self._chunks)
+        """The held chunks, oldest first (decoded)."""
+        return [frames.decode_chunk(chunk) for chunk in self._chunks]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held, all chunks (encoded frames counted as held)."""
+        return sum(frames.nbytes(chunk) for chunk in self._chunks)
 
     def keys(self) -> list[str]:
         """Keys of the latest chunk."""
@@ -75,16 +86,30 @@ class RolloutMemory:
 
     def __getitem__(self, key: str) -> np.ndarray:
         """``(W, T + 1, ...)`` array of ``key`` in the latest chunk."""
-        chunk = self.last_chunk()
+        chunk = self._last()
         if key not in chunk:
             raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
-        return chunk[key]
+        return frames.decode(chunk[key], chunk)
 
-    def last_chunk(self) -> dict[str, np.ndarray]:
-        """The latest chunk, ``(W, T + 1, ...)`` per key (the stored dict itself)."""
+    def _last(self) -> dict[str, frames.Column]:
         if not self._chunks:
             raise ValueError(f"rollout memory '{self.name}' holds no chunk yet; store one first")
         return self._chunks[-1]
+
+    def last_chunk(self) -> dict[str, np.ndarray]:
+        """The latest chunk, ``(W, T + 1, ...)`` per key (a new dict; frame stacks rebuilt, other
+        arrays the stored ones)."""
+        return frames.decode_chunk(self._last())
+
+    def gather(self, key: str, workers: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``(n, *row_shape)`` values of ``key`` at the (worker, row) pairs of the latest chunk.
+
+        Frame stacks are rebuilt for those rows only (a minibatch costs its own size, not the chunk's).
+        """
+        chunk = self._last()
+        if key not in chunk:
+            raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
+        return frames.decode_rows(chunk[key], workers, rows, chunk)
 
     def store(self, chunk: Mapping[str, np.ndarray]) -> None:
         """Keep ``chunk`` (by reference), dropping the oldest beyond ``keep``.
@@ -95,7 +120,7 @@ class RolloutMemory:
         """
         _, new_specs = validate_chunk(chunk, self._num_workers, self._specs, None, self.name)
         self._specs.update(new_specs)
-        self._chunks.append(dict(chunk))
+        self._chunks.append(frames.encode_chunk(chunk) if self.frames else dict(chunk))
         self._stored += 1
 
     def flush(self) -> None:

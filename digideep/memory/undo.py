@@ -100,7 +100,7 @@ class UndoArea:
                 chunks=source.chunks,
                 dtype=source.dtype,
                 fill_value=source.fill_value,
-                compressors=self.compressors,
+                compressors=source.compressors or None,  # the key's own codecs (they may differ by key)
                 overwrite=True,
             )
         return self.arrays[key]

@@ -101,7 +101,8 @@ class ZarrStore:
         chunk_rows: rows per Zarr chunk; ``None`` sizes each key's chunks to about ``chunk_bytes``.
         chunk_bytes: target chunk size when ``chunk_rows`` is ``None``.
         chunk_workers: workers per chunk (``1`` or ``num_workers``).
-        compression: ``None`` (default, fastest: replay data barely compresses), ``"zstd"`` or ``"lz4"``.
+        compression: ``None`` (default, fastest: replay data barely compresses), ``"zstd"``, ``"lz4"``
+            or ``"images"`` (zstd for uint8 image keys only, see :func:`~digideep.memory.layout.compressors`).
         name: shown in messages.
 
     Raises:
@@ -125,7 +126,8 @@ class ZarrStore:
         self.capacity = capacity
         self.chunk_rows = chunk_rows
         self.chunk_bytes = chunk_bytes
-        self.compressors = compressors(compression)
+        self.compression = compression
+        self.compressors = compressors(compression)  # checks the name; arrays pick theirs by key
         self.name = name
         check_zarr_version()
         self.group: zarr.Group | None = None
@@ -252,7 +254,7 @@ class ZarrStore:
             chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
             dtype=spec.dtype,
             fill_value=fill_value(spec.dtype),
-            compressors=self.compressors,
+            compressors=compressors(self.compression, spec),
             overwrite=True,
         )
 

@@ -4,13 +4,17 @@ returns, exact resume of the emulator, and the one-line errors."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
+from digideep.agents.ppo import PPO
 from digideep.environment import atari
 from digideep.environment.make_environment import MakeEnvironment
+from digideep.memory import RolloutMemory
 
 from .conftest import assert_chunks_equal, save_and_restore
 
@@ -89,6 +93,51 @@ def test_resume_repeats_the_next_chunk_bit_for_bit(make_explorer) -> None:
     env = {**BREAKOUT, "env_kwargs": {"repeat_action_probability": 0.25}}  # sticky: the emulator's RNG too
     _, restored, expected = save_and_restore(make_explorer, env, n_steps=64)
     assert_chunks_equal(expected, restored.update())
+
+
+def test_rollout_memory_holds_each_frame_once_and_gives_the_chunk_back_bit_for_bit(make_explorer) -> None:
+    """Lives end episodes often in Breakout: resets and final observations land inside the chunk."""
+    explorer = make_explorer({**BREAKOUT}, num_workers=2, n_steps=300, seed=0)
+    chunk = explorer.update()
+    assert np.nansum(chunk["/terminals"]) >= 2, "the chunk crosses episode ends"
+    memory = RolloutMemory(2)
+    memory.store(chunk)
+    assert_chunks_equal(memory.last_chunk(), dict(chunk))
+    rng = np.random.default_rng(0)
+    workers, rows = rng.integers(0, 2, 256), rng.integers(0, 301, 256)
+    for key in ("/observations", "/next_observations"):
+        np.testing.assert_array_equal(memory.gather(key, workers, rows), chunk[key][workers, rows])
+    frame = 84 * 84
+    per_transition = (
+        memory.nbytes - sum(v.nbytes for k, v in chunk.items() if "observations" not in k)
+    ) / 602
+    # one frame a row, plus whole stacks where a (random, short) life ended: far from eight frames
+    assert per_transition < 2 * frame
+
+
+def test_ppo_learns_the_same_from_frames_held_once(make_explorer) -> None:
+    """The frame codec changes nothing in training: the same update, bit for bit, as from plain arrays."""
+    observation_space, action_space = MakeEnvironment(**BREAKOUT).spaces()
+    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+
+    def agent() -> PPO:
+        torch.manual_seed(0)
+        return PPO("agent", session, observation_space, action_space["agent"], n_epochs=1, batch_size=64)
+
+    # random actions (warm start; the policy still gives values and log-probs) lose lives sooner
+    explorer = make_explorer({**BREAKOUT}, agents={"agent": agent()}, n_steps=100, seed=3, warm_start=10**6)
+    chunk = explorer.update()
+    assert np.nansum(chunk["/terminals"]) >= 1, "the chunk crosses an episode end"
+    states = []
+    for frames in (True, False):
+        learner = agent()
+        memory = RolloutMemory(2, frames=frames)
+        memory.store(chunk)
+        torch.manual_seed(1)
+        learner.update(learner.sample(memory))
+        states.append(learner.policy.state_dict())
+    for key, value in states[0].items():
+        assert torch.equal(value, states[1][key]), key
 
 
 def test_resize_is_the_area_average() -> None:

@@ -1,0 +1,224 @@
+"""Frame-stack columns: a chunk's stacked image observations held one frame per row, rebuilt exactly.
+
+An Atari chunk holds ``/observations`` as ``(W, T + 1, 4, 84, 84) uint8`` stacks and
+``/next_observations`` again, so every frame is held eight times (56 KB a transition). Within an
+episode, row ``t``'s stack is row ``t - 1``'s shifted by one frame plus one new frame. The codec keeps:
+
+- ``/observations``: the newest frame of every row, plus the whole stack of every row that is *not*
+  the previous row's stack shifted by one (each worker's first row, episode starts, and any row of
+  data that is not a frame stack at all);
+- ``/next_observations``: nothing where it equals the next row's observation, the whole stack
+  elsewhere (the final observation where an episode ended, and the final prestep's placeholder).
+
+Which rows are shifted is checked on the bytes when the chunk is stored, so decoding is
+bit-identical for any input; a key whose encoding would not be smaller stays a plain array. This
+is the "store single frames and rebuild stacks on sample" of DQN replay buffers (Dopamine's
+``OutOfGraphReplayBuffer``), made lossless without trusting episode flags.
+
+Only ``uint8`` keys whose rows have at least three dimensions with a leading stack axis of two or
+more frames are encoded (Gymnasium's ``FrameStackObservation`` on ``(84, 84)`` frames gives
+``(4, 84, 84)``); a channel-last stack ``(84, 84, 4)`` is left as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "NextFrames",
+    "StackedFrames",
+    "decode",
+    "decode_chunk",
+    "decode_rows",
+    "encode_chunk",
+    "encode_next",
+    "encode_stacks",
+    "nbytes",
+    "stackable",
+]
+
+
+@dataclass(frozen=True)
+class StackedFrames:
+    """``(W, R, S, *frame)`` stacks held as frames.
+
+    Attributes:
+        newest: ``(W, R, *frame)`` the last frame of every row's stack.
+        starts: ``(W, R)`` bool, rows whose whole stack is kept (never shifted from the row before).
+        whole: ``(n_starts, S, *frame)`` those stacks, in (worker, row) order.
+    """
+
+    newest: np.ndarray
+    starts: np.ndarray
+    whole: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.starts.shape, self.whole.shape[1], *self.newest.shape[2:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.newest.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.newest.nbytes + self.starts.nbytes + self.whole.nbytes
+
+
+@dataclass(frozen=True)
+class NextFrames:
+    """``(W, R, ...)`` next observations held as the exceptions to "the next row's observation".
+
+    Attributes:
+        source: the key of the observations it follows (``/observations`` for ``/next_observations``).
+        kept: ``(W, R)`` bool, rows held in ``rows`` (always the last row, the final prestep).
+        rows: ``(n_kept, *row_shape)`` those rows, in (worker, row) order.
+    """
+
+    source: str
+    kept: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.kept.shape, *self.rows.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.rows.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.kept.nbytes + self.rows.nbytes
+
+
+Column = np.ndarray | StackedFrames | NextFrames
+
+
+def stackable(values: np.ndarray) -> bool:
+    """Whether ``(W, R, *row)`` values may be a frame stack: uint8, rows ``(S >= 2, H, W, ...)``."""
+    return values.dtype == np.uint8 and values.ndim >= 5 and values.shape[2] >= 2
+
+
+def encode_stacks(values: np.ndarray) -> StackedFrames:
+    """Encode ``(W, R, S, *frame) uint8`` stacks (see :func:`stackable`); lossless for any values."""
+    W, R = values.shape[:2]
+    starts = np.ones((W, R), bool)
+    for t in range(1, R):  # row by row: a (W, S - 1, *frame) comparison, no chunk-sized temporary
+        shifted = values[:, t, :-1] == values[:, t - 1, 1:]
+        starts[:, t] = ~shifted.reshape(W, -1).all(axis=-1)
+    return StackedFrames(np.ascontiguousarray(values[:, :, -1]), starts, values[starts])
+
+
+def _stack_index(stacks: StackedFrames, flat_rows: np.ndarray) -> np.ndarray:
+    """``(n, S)`` indices into ``concat(newest, whole)`` (flattened frames) of the rows ``flat_rows``."""
+    W, R = stacks.starts.shape
+    S = stacks.whole.shape[1]
+    positions = np.arange(W * R)
+    last_start = np.maximum.accumulate(np.where(stacks.starts.ravel(), positions, 0))
+    ordinal = np.cumsum(stacks.starts.ravel()) - 1  # the start's place in ``whole``
+    start = last_start[flat_rows]
+    age = (flat_rows - start)[:, None]  # rows since the stack was kept whole
+    slot = np.arange(S)[None, :]
+    from_newest = flat_rows[:, None] - (S - 1 - slot)
+    from_whole = W * R + ordinal[start][:, None] * S + np.minimum(age + slot, S - 1)
+    return np.where(slot >= S - 1 - age, from_newest, from_whole)
+
+
+def _gather(stacks: StackedFrames, index: np.ndarray) -> np.ndarray:
+    """Frames at ``index`` (of :func:`_stack_index`) from ``newest`` and ``whole``, no pool copied."""
+    frame = stacks.newest.shape[2:]
+    newest, whole = stacks.newest.reshape(-1, *frame), stacks.whole.reshape(-1, *frame)
+    out = np.empty((*index.shape, *frame), stacks.dtype)
+    recent = index < len(newest)
+    out[recent] = newest[index[recent]]
+    out[~recent] = whole[index[~recent] - len(newest)]
+    return out
+
+
+def encode_next(values: np.ndarray, observations: np.ndarray, source: str) -> NextFrames:
+    """Encode next observations ``(W, R, ...)`` against ``observations`` (same shape, decoded)."""
+    W, R = values.shape[:2]
+    kept = np.ones((W, R), bool)
+    for t in range(R - 1):
+        kept[:, t] = ~(values[:, t] == observations[:, t + 1]).reshape(W, -1).all(axis=-1)
+    return NextFrames(source, kept, values[kept])
+
+
+def decode(column: Column, chunk: Mapping[str, Column] | None = None) -> np.ndarray:
+    """The plain ``(W, R, ...)`` array of ``column`` (a new array; plain arrays are returned as they are).
+
+    Args:
+        column: an encoded column or a plain array.
+        chunk: the encoded chunk, which a :class:`NextFrames` column reads its source from.
+    """
+    if isinstance(column, StackedFrames):
+        W, R = column.starts.shape
+        index = _stack_index(column, np.arange(W * R))
+        return _gather(column, index).reshape(column.shape)
+    if isinstance(column, NextFrames):
+        if chunk is None:
+            raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
+        out = np.empty(column.shape, column.dtype)
+        out[:, :-1] = decode(chunk[column.source])[:, 1:]
+        out[column.kept] = column.rows
+        return out
+    return column
+
+
+def decode_rows(
+    column: Column, workers: np.ndarray, rows: np.ndarray, chunk: Mapping[str, Column] | None = None
+) -> np.ndarray:
+    """``(n, *row_shape)`` values of the (worker, row) pairs: a minibatch gathered without decoding all."""
+    workers, rows = np.asarray(workers), np.asarray(rows)
+    if isinstance(column, StackedFrames):
+        flat = workers * column.starts.shape[1] + rows
+        return _gather(column, _stack_index(column, flat))
+    if isinstance(column, NextFrames):
+        if chunk is None:
+            raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
+        kept = column.kept[workers, rows]
+        out = np.empty((len(workers), *column.shape[2:]), column.dtype)
+        follow = ~kept
+        out[follow] = decode_rows(chunk[column.source], workers[follow], rows[follow] + 1)
+        place = np.cumsum(column.kept.ravel()) - 1
+        out[kept] = column.rows[place[workers[kept] * column.kept.shape[1] + rows[kept]]]
+        return out
+    return column[workers, rows]
+
+
+def encode_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, Column]:
+    """Encode every stackable key of a chunk, and each ``/next_observations...`` key whose
+    ``/observations...`` twin is present; keys whose encoding is not smaller stay plain."""
+    out: dict[str, Column] = dict(chunk)
+    for key, values in chunk.items():
+        if key.startswith("/next_observations") or not stackable(values) or values.shape[1] < 2:
+            continue
+        stacks = encode_stacks(values)
+        if stacks.nbytes < values.nbytes:
+            out[key] = stacks
+        if key.startswith("/observations"):
+            twin = "/next_observations" + key[len("/observations") :]
+            nxt = chunk.get(twin)
+            if nxt is not None and nxt.shape == values.shape and nxt.dtype == values.dtype:
+                encoded = encode_next(nxt, values, key)
+                if encoded.nbytes < nxt.nbytes:
+                    out[twin] = encoded
+    return out
+
+
+def decode_chunk(encoded: Mapping[str, Column]) -> dict[str, np.ndarray]:
+    """The plain chunk of :func:`encode_chunk`'s output."""
+    out = {key: decode(column) for key, column in encoded.items() if not isinstance(column, NextFrames)}
+    for key, column in encoded.items():
+        if isinstance(column, NextFrames):
+            out[key] = decode(column, out)
+    return {key: out[key] for key in encoded}
+
+
+def nbytes(encoded: Mapping[str, Column]) -> int:
+    """Bytes held by an (encoded or plain) chunk's arrays."""
+    return sum(column.nbytes for column in encoded.values())
