@@ -18,6 +18,20 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The longest files of the default suite (one to four minutes each), collected first: `make test`
+# hands whole files to its processes in collection order, so these start at once instead of
+# leaving one process busy with them after the other has finished.
+LONG_FILES = ("docs/test_commands.py", "stack/test_cluster.py", "pipeline/test_s3_resume.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(LONG_FILES) if path.endswith(name)), len(LONG_FILES))
+
+    items.sort(key=rank)  # stable: every other file keeps its place and its order
+
+
 DEMO_PARAMS = '''
 """A small parameter file for tests of the params machinery."""
 
