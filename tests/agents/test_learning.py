@@ -3,8 +3,8 @@
 Targets (mean return of 10 deterministic episodes at the end of the run): SAC on Pendulum-v1 >= -200
 after 10,000 frames; TD3 and DDPG on Pendulum-v1 >= -250 after 20,000; PPO on CartPole-v1 >= 475
 after 100,000; SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
-steps: 38 min here beside the test suite; it scored 842.9). The quick tests at the bottom run a sliver of each to keep the files
-importable and their trees buildable in CI.
+steps: 38 min here beside the test suite; it scored 842.9). The quick tests at the bottom run a
+sliver of each to keep the files importable and their trees buildable in CI.
 """
 
 from __future__ import annotations
