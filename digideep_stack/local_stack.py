@@ -25,9 +25,31 @@ ROOT = Path(__file__).resolve().parents[1]
 POOL = "digideep-local"
 
 
-def _prefect() -> str:
-    candidate = Path(sys.executable).with_name("prefect")
-    return str(candidate) if candidate.exists() else shutil.which("prefect") or "prefect"
+def executable(name: str) -> str:
+    """The ``name`` command of this Python's environment, else the one on PATH."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else shutil.which(name) or name
+
+
+def run_prefect(
+    args: tuple[str, ...],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    error: type[Exception] = RuntimeError,
+) -> subprocess.CompletedProcess:
+    """Run a ``prefect`` CLI command; raise ``error`` with its output when it fails."""
+    result = subprocess.run(
+        [executable("prefect"), "--no-prompt", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise error(f"prefect {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
 
 
 class LocalStack:
@@ -71,7 +93,7 @@ class LocalStack:
     def _spawn(self, name: str, *args: str) -> subprocess.Popen:
         output = open(self.log_folder / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            [_prefect(), *args],
+            [executable("prefect"), *args],
             cwd=self.project,
             env=self.env,
             stdout=output,
@@ -83,17 +105,7 @@ class LocalStack:
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """Run a ``prefect`` CLI command against this server; raise with its output on failure."""
-        result = subprocess.run(
-            [_prefect(), "--no-prompt", *args],
-            cwd=self.project,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"prefect {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result
+        return run_prefect(args, self.project, self.env, timeout)
 
     def start_server(self, timeout: float = 120) -> None:
         check_port_free(self.port, "the Prefect server")
@@ -112,7 +124,7 @@ class LocalStack:
 
     def create_pool(self) -> None:
         result = subprocess.run(
-            [_prefect(), "--no-prompt", "work-pool", "inspect", POOL],
+            [executable("prefect"), "--no-prompt", "work-pool", "inspect", POOL],
             cwd=self.project,
             env=self.env,
             capture_output=True,

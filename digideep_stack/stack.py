@@ -24,7 +24,6 @@ in one line; Ctrl-C, SIGTERM or ``make stack-down`` stops every process the stac
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,11 +33,8 @@ from pathlib import Path
 
 from digideep.utility.processes import check_port_free, stop_tree
 from digideep_stack import postgres
+from digideep_stack.local_stack import POOL, ROOT, executable, run_prefect
 from digideep_stack.secrets import load_secrets
-
-ROOT = Path(__file__).resolve().parents[1]
-POOL = "digideep-local"
-
 
 SERVER_BATCHING = {
     # Prefect 3.8's server records task-run states and events one at a time by default; batches of
@@ -232,7 +228,7 @@ class Stack:
             **self.config.server_settings,
         }
         command = [
-            _prefect(),
+            executable("prefect"),
             "server",
             "start",
             "--host",
@@ -268,7 +264,7 @@ class Stack:
             }
         )
         command = [
-            _executable("mlflow"),
+            executable("mlflow"),
             "server",
             "--app-name",
             "basic-auth",
@@ -290,17 +286,7 @@ class Stack:
     def prefect_cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """Run ``prefect`` against the stack's server as a client; raise with its output on failure."""
         env = self.base_env() | self.client_env() | {"PWD": str(self.config.project)}
-        result = subprocess.run(
-            [_prefect(), "--no-prompt", *args],
-            cwd=self.config.project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise ServiceError(f"prefect {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result
+        return run_prefect(args, self.config.project, env, timeout, ServiceError)
 
     def start_workers(self) -> None:
         if self.config.deploy:
@@ -314,7 +300,7 @@ class Stack:
         for index in range(self.config.workers):
             name = f"worker-{index + 1}"
             command = [
-                _prefect(),
+                executable("prefect"),
                 "worker",
                 "start",
                 "--pool",
@@ -346,7 +332,7 @@ class Stack:
         try:
             self.start_postgres()
             self.start_object_store()
-            self.start_prefect()
+            self.startexecutable("prefect")
             self.start_mlflow()
             self.start_workers()
         except BaseException:
@@ -371,15 +357,6 @@ class Stack:
         for _, process in reversed(self.processes):
             stop_tree(process)
         self.processes.clear()
-
-
-def _executable(name: str) -> str:
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else shutil.which(name) or name
-
-
-def _prefect() -> str:
-    return _executable("prefect")
 
 
 def _hostname() -> str:
