@@ -37,3 +37,10 @@ def assert_same_tensors(a: Any, b: Any, where: str = "") -> None:
         np.testing.assert_array_equal(a, b, err_msg=where)
     else:
         assert a == b, where
+
+
+def assert_same_training(expected: dict, actual: dict) -> None:
+    """Two checkpoints' states hold the same agents (weights, optimizers, RNG) and progress counters."""
+    assert_same_tensors(expected["agents"], actual["agents"], "agents")
+    for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
+        assert expected["counters"][counter] == actual["counters"][counter], counter

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from digideep.memory import Memory
 from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
 from tests.conftest import REPO
-from tests.helpers import assert_same_tensors, device_args
+from tests.helpers import assert_same_training, device_args
 
 SMALL_SAC = {
     "number_epochs": 4,
@@ -142,14 +142,10 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_
     straight_states, straight_memory = final_state(tmp_path, "straight")
     killed_states, killed_memory = final_state(tmp_path, "killed")
     assert straight_memory["iteration"] == killed_memory["iteration"] == 8
-    assert_same_tensors(straight_states["agents"], killed_states["agents"], "agents")
+    assert_same_training(straight_states, killed_states)
     assert straight_memory["pointers"] == killed_memory["pointers"]
     for key, values in straight_memory["contents"].items():
         np.testing.assert_array_equal(values, killed_memory["contents"][key], err_msg=key)
-    straight_counters = straight_states["counters"]
-    killed_counters = killed_states["counters"]
-    for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
-        assert straight_counters[counter] == killed_counters[counter], counter
 
     # MLflow: the resumed session reopened its run, which holds each step once, like the straight run
     client = MlflowClient(run_env["MLFLOW_TRACKING_URI"])
