@@ -132,6 +132,9 @@ class RolloutMemory:
     def checkpoint_committed(self, state: Mapping[str, int] | None = None) -> None:
         """Nothing to keep: a rollout memory is not persisted."""
 
+    def close(self) -> None:
+        """Nothing to wait for: a rollout memory has no background writer."""
+
     def state_dict(self) -> dict[str, int]:
         """Counters only: ``{"stored": chunks stored so far}``."""
         return {"stored": self._stored}

@@ -486,8 +486,22 @@ class Runner:
         return runner
 
     def close(self) -> None:
+        """Close the environments, then wait for the memories' background writes and end their
+        threads, so nothing writes into the session after its lock is released.
+
+        A background write that failed since the last checkpoint is logged, not raised: resume
+        returns the memory to that checkpoint, and a failure of the run itself is already on its
+        way up (a lost lease refuses every write after it).
+        """
         for explorer in self.explorers.values():
             explorer.close()
+        for name, memory in self.memories.items():
+            try:
+                memory.close()
+            except Exception as error:  # reported; the run resumes from its checkpoint
+                log.warning(
+                    "memory '%s': a background write after the last checkpoint failed: %s", name, error
+                )
 
 
 def resume_checkpoint(session: Session) -> Checkpoint:

@@ -1,6 +1,7 @@
 """Two-file checkpoints: atomic writes, discovery, retention and clear errors for damaged files."""
 
 import json
+import threading
 import zipfile
 from collections import deque
 from contextlib import contextmanager
@@ -214,6 +215,21 @@ def write_v1_checkpoint(source: Path, target: Path) -> None:
     target.mkdir(parents=True)
     torch.save(v1_encode_states({**live, "explorers": explorers}), target / "states.pt")
     (target / "runner.json").write_text(json.dumps({**info_v1, "format_version": 1}))
+
+
+def test_closing_a_runner_ends_its_memories_writers_before_the_session_is_released(tmp_path):
+    """A second Runner on the same session may follow at once (a resume in the same process): no
+    background Zarr write of the first may land in its folder. (CI once saw the undo area's
+    ``create_array(overwrite=True)`` fail because a closed Runner's writer was still linking into it.)"""
+    sac = {"batch_size": 16, "updates_per_iteration": 4, "learning_starts": 20, "hidden_sizes": [16]}
+    params = small_params("digideep.agents.sac.SAC", sac, "Pendulum-v1", 1, 20, warm_start=1, capacity=200)
+    before = set(threading.enumerate())
+    runner = make_runner(tmp_path, params)
+    iterate(runner, 3)
+    writers = [t for t in set(threading.enumerate()) - before if t.name.startswith("write-behind")]
+    assert writers, "the replay memory writes behind on a thread of its own"
+    close(runner)
+    assert not any(t.is_alive() for t in writers)
 
 
 def test_a_format_1_checkpoint_resumes_as_its_format_2_copy(tmp_path):
