@@ -13,6 +13,8 @@
   digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames); the raw
   env step rate (random actions, no agent) and the same Explorer with a random agent are measured
   beside the Explorer with PPO, so that the acting cost and the Explorer's own cost show apart.
+  digideep also runs with ``torch_compile=True`` (the minibatch loss compiled); its first update, which
+  compiles, is timed apart and printed beside the rates.
 - ``--threads 1 2``: every digideep and SB3 figure at each torch thread count, all interleaved; ratios
   against SB3 at the first count.
 
@@ -249,14 +251,18 @@ def interleaved(runs: dict[str, tuple[int, Any]], repeats: int, work: float) -> 
 
 
 # -- PPO -----------------------------------------------------------------------------------------
-def digideep_ppo(workers: int, iterations: int, vectorization: str) -> tuple[Any, Any, Explorer]:
+def digideep_ppo(
+    workers: int, iterations: int, vectorization: str, **agent_args: Any
+) -> tuple[Any, Any, Explorer]:
     """``(run, act_only, explorer)``: Explorer + RolloutMemory + PPO on 2048-frame chunks."""
     from digideep.environment.make_environment import MakeEnvironment
 
     session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
     env_params = {"model_name": "HalfCheetah-v5", "vectorization": vectorization}
     observation_space, action_space = MakeEnvironment(**env_params).spaces()
-    agent = PPO("agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64)
+    agent = PPO(
+        "agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64, **agent_args
+    )
     explorer = Explorer(session, {"agent": agent}, "train", env_params, workers, 2048 // workers, seed=0)
     memory = RolloutMemory(1)
 
@@ -289,6 +295,11 @@ def bench_ppo(args: argparse.Namespace) -> None:
     run, act_only, explorer = digideep_ppo(1, iterations, "sync")
     explorers = [explorer]
     runs: dict[str, tuple[int, Any]] = {f"digideep 1w {first}t": (first, run)}
+    compiled, _, compiled_explorer = digideep_ppo(1, iterations, "sync", torch_compile=True)
+    explorers.append(compiled_explorer)
+    torch.set_num_threads(first)
+    first_timing = timed(compiled)  # the first update compiles
+    runs[f"digideep compiled {first}t"] = (first, compiled)
     for threads in args.threads[1:]:
         run2, _, explorer2 = digideep_ppo(2, iterations, "async")
         explorers.append(explorer2)
@@ -308,7 +319,12 @@ def bench_ppo(args: argparse.Namespace) -> None:
                 threads,
                 lambda model=model: model.learn(total_timesteps=frames, reset_num_timesteps=False),
             )
-    report("PPO frames/s incl. updates", interleaved(runs, args.repeats, frames), f"sb3 {first}t")
+    rates = interleaved(runs, args.repeats, frames)
+    report("PPO frames/s incl. updates", rates, f"sb3 {first}t")
+    print(
+        f"  (torch_compile: the first {frames} frames, compiling included, took {first_timing:.1f} s; "
+        f"{frames / rates[f'digideep compiled {first}t']:.1f} s once compiled)"
+    )
     torch.set_num_threads(first)
     random_explorer = random_agent_explorer(n_steps)
     explorers.append(random_explorer)

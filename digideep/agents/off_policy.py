@@ -213,8 +213,8 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
     same numbers as ``step()``, without its per-call Python bookkeeping (about 0.3 ms per call on
     one CPU thread, about 5 % of a SAC gradient step at HalfCheetah sizes). Any other optimizer, or
-    Adam before its first step creates the state, goes through ``step()``. Optimizer hooks are not
-    called on the fast path.
+    Adam before its first step creates the state, goes through ``step()`` (each ``.grad`` is set for
+    it and then put back as it was). Optimizer hooks are not called on the fast path.
 
     Args:
         optimizer: the optimizer.
@@ -254,11 +254,12 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
                 start += len(params)
         return
     params = optimizer_params(optimizer)
+    held = [param.grad for param in params]
     for param, grad in zip(params, grads, strict=True):
         param.grad = grad
     optimizer.step()
-    for param in params:
-        param.grad = None
+    for param, grad in zip(params, held, strict=True):  # as they were (a flat buffer keeps its gradient)
+        param.grad = grad
 
 
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

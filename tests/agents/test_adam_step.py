@@ -43,3 +43,14 @@ def test_adam_step_matches_optimizer_step_bit_for_bit(fused: bool) -> None:
         assert b.grad is None
     for a, b in zip(reference.state.values(), fast.state.values(), strict=True):
         assert all(torch.equal(a[k], b[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_the_first_step_leaves_each_gradient_field_as_it_was() -> None:
+    """Before Adam has state, ``adam_step`` goes through ``step()``: the ``.grad`` fields it sets for
+    that are put back (PPO's flat buffer keeps its gradient tensor for the next minibatch)."""
+    flat, fresh = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.ones(2))
+    kept = flat.grad = torch.zeros(4)
+    optimizer = torch.optim.Adam([flat, fresh], lr=0.1)
+    adam_step(optimizer, [torch.ones(4), torch.ones(2)])
+    assert flat.grad is kept and fresh.grad is None
+    assert optimizer.state[flat] and not torch.equal(flat.detach(), torch.ones(4))

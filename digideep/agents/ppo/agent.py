@@ -10,7 +10,9 @@ range. A recurrent policy trains on whole worker sequences, replaying its GRU fr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -19,6 +21,7 @@ import torch
 
 from digideep.agents.base import AgentBase
 from digideep.agents.networks import EncodedObservations, ObservationEncoder
+from digideep.agents.off_policy import adam_step
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
@@ -85,6 +88,11 @@ class PPO(AgentBase):
         adam_eps: Adam epsilon (1e-5 in SB3 and CleanRL).
         data_parallel: wrap the heads in ``torch.nn.DataParallel`` when several GPUs are visible.
         cnn_features: features of the Nature CNN that image observations get (512).
+        torch_compile: compile the minibatch loss, forward and backward, with ``torch.compile``. Off
+            by default: the compiled kernels are not bit-identical to eager ones. At HalfCheetah sizes
+            on one CPU thread PPO's frames/s rose 1.26x to 1.32x, after a first update that compiles
+            for about 16 s (7 s from inductor's on-disk cache); worth it from some 100k frames on.
+            On the CPU it needs a C++ compiler (``$CXX``, ``g++`` or ``clang++``).
 
     The encoder follows the observation space: an image (``(C, H, W)``, e.g. Atari's stacked frames)
     gets a Nature CNN shared by actor and critic; a Dict of vectors is concatenated into the MLPs; a
@@ -122,6 +130,7 @@ class PPO(AgentBase):
         adam_eps: float = 1e-5,
         data_parallel: bool = False,
         cnn_features: int = 512,
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(name, session, observation_space, action_space)
         if n_epochs < 1 or batch_size < 1:
@@ -166,6 +175,12 @@ class PPO(AgentBase):
             self.policy, [self.flat.param, *self.flat.params], self.acting_rng
         )
         self.sampler = LastChunk()
+        self.torch_compile = bool(torch_compile)
+        self._minibatch_loss: Callable[..., tuple[torch.Tensor, ...]] = self._loss
+        if self.torch_compile:
+            _check_compiler(self.device)
+            # a fixed minibatch shape; the clip range comes as a tensor so that annealing it recompiles nothing
+            self._minibatch_loss = torch.compile(self._loss, dynamic=False)
 
     def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
         """Images get a CNN encoder (:class:`EncodedObservations`); vectors the plain adapter."""
@@ -366,6 +381,23 @@ class PPO(AgentBase):
         Returns:
             ``(B,)`` detached log-ratios, for the epoch's clip fraction and approximate KL.
         """
+        clip_range = torch.tensor(clip, device=self.device) if self.torch_compile else clip
+        loss, pg_loss, v_loss, entropy, log_ratio = self._minibatch_loss(features, batch, clip_range)
+        self.flat.zero_grad()
+        loss.backward()
+        if self.max_grad_norm is not None:  # clip_grad_norm_'s formula on the one flat gradient (3x cheaper)
+            grad = self.flat.param.grad
+            grad.mul_((self.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp_(max=1.0))
+        adam_step(self.optimizer, [self.flat.param.grad])
+        self.updates += 1
+        metrics.add(**{"losses/policy_loss": pg_loss, "losses/value_loss": v_loss, "losses/entropy": entropy})
+        return log_ratio
+
+    def _loss(
+        self, features: torch.Tensor, batch: Minibatch, clip: float | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The minibatch loss and, detached, its policy and value parts, the mean entropy and the
+        ``(B,)`` log-ratios (what ``torch_compile`` compiles)."""
         log_probs, entropy = self.policy.log_prob_entropy(self.policy.distribution(features), batch.actions)
         values = self.policy.value(features)
         pg_loss, log_ratio = losses.policy_loss(log_probs, batch.log_probs, batch.advantages, clip)
@@ -375,21 +407,7 @@ class PPO(AgentBase):
         loss = pg_loss + self.vf_coef * v_loss
         if self.ent_coef:
             loss = loss + self.ent_coef * losses.entropy_loss(entropy)
-        self.flat.zero_grad()
-        loss.backward()
-        if self.max_grad_norm is not None:  # clip_grad_norm_'s formula on the one flat gradient (3x cheaper)
-            grad = self.flat.param.grad
-            grad.mul_((self.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp_(max=1.0))
-        self.optimizer.step()
-        self.updates += 1
-        metrics.add(
-            **{
-                "losses/policy_loss": pg_loss.detach(),
-                "losses/value_loss": v_loss.detach(),
-                "losses/entropy": entropy.detach().mean(),
-            }
-        )
-        return log_ratio
+        return loss, pg_loss.detach(), v_loss.detach(), entropy.detach().mean(), log_ratio
 
     def _epoch_end(self, log_ratios: list[torch.Tensor], clip: float, metrics: MetricAccumulator) -> bool:
         """Record the epoch's clip fraction and approximate KL; True to stop early (``target_kl``).
@@ -420,3 +438,14 @@ class PPO(AgentBase):
         super().load_state_dict(state)
         if "acting_rng" in state:
             self.acting_rng.bit_generator.state = state["acting_rng"]
+
+
+def _check_compiler(device: torch.device) -> None:
+    """Refuse ``torch_compile`` in one line where inductor cannot build its CPU kernels."""
+    if device.type != "cpu":
+        return
+    if not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++") if c):
+        raise ValueError(
+            "PPO torch_compile=True needs a C++ compiler on the CPU (set $CXX, or install g++ or clang++); "
+            "or set torch_compile to false"
+        )

@@ -55,7 +55,10 @@ def gae(
 
 
 def policy_loss(
-    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_range: float
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_range: float | torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped surrogate ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``, ``r = pi / pi_old``.
 
@@ -63,7 +66,7 @@ def policy_loss(
         log_prob: ``(B,)`` under the current policy.
         old_log_prob: ``(B,)`` when the actions were taken.
         advantages: ``(B,)`` (normalized by the caller if wanted).
-        clip_range: ``eps``.
+        clip_range: ``eps`` (a float, or a 0-d tensor for compiled code).
 
     Returns:
         ``(loss, log_ratio)``: the scalar loss and the detached ``(B,)`` ``log r`` for :func:`ratio_stats`.
@@ -87,7 +90,10 @@ def ratio_stats(log_ratio: torch.Tensor, clip_range: float) -> tuple[torch.Tenso
 
 
 def value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_range: float | None
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_range: float | torch.Tensor | None,
 ) -> torch.Tensor:
     """``0.5 mean((V - R)^2)``, or with ``clip_range`` the pessimistic clipped form
     ``0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))``.
