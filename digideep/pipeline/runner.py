@@ -496,8 +496,11 @@ class Runner:
         for explorer in self.explorers.values():
             explorer.close()
         for name, memory in self.memories.items():
+            close = getattr(memory, "close", None)  # optional for memory classes of users' own
+            if close is None:
+                continue
             try:
-                memory.close()
+                close()
             except Exception as error:  # reported; the run resumes from its checkpoint
                 log.warning(
                     "memory '%s': a background write after the last checkpoint failed: %s", name, error
