@@ -15,11 +15,10 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from digideep.errors import UsageError
-from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree
+from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "digideep-local"
@@ -110,17 +109,8 @@ class LocalStack:
     def start_server(self, timeout: float = 120) -> None:
         check_port_free(self.port, "the Prefect server")
         server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise RuntimeError(f"the Prefect server exited; see {self.log_folder / 'server.log'}")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"the Prefect server did not answer on {self.api_url} within {timeout:.0f} s")
+        log = self.log_folder / "server.log"
+        wait_for_http(f"{self.api_url}/health", server, "the Prefect server", timeout, log=log)
 
     def create_pool(self) -> None:
         result = subprocess.run(

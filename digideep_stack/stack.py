@@ -26,12 +26,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from digideep.utility.processes import check_port_free, stop_tree
+from digideep.utility.processes import check_port_free, stop_tree, wait_for_http
 from digideep_stack import postgres
 from digideep_stack.local_stack import POOL, ROOT, executable, run_prefect
 from digideep_stack.secrets import load_secrets
@@ -136,18 +134,7 @@ class Stack:
         return process
 
     def _wait_http(self, name: str, url: str, process: subprocess.Popen, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise ServiceError(f"{name} exited while starting; see {self.logs / (name + '.log')}")
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)
-        raise ServiceError(
-            f"{name} did not answer on {url} within {timeout:.0f} s; see {self.logs / (name + '.log')}"
-        )
+        wait_for_http(url, process, name, timeout, log=self.logs / f"{name}.log", error=ServiceError)
 
     def _check_ports(self) -> None:
         config = self.config

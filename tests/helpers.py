@@ -1,7 +1,8 @@
-"""Assertions shared by tests in several folders."""
+"""Assertions and small tools shared by tests in several folders."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,13 @@ import torch
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="needs a CUDA device"))]
 """Devices a device-aware test runs on: the CPU always, CUDA where this machine has it."""
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def device_args(device: str) -> list[str]:

@@ -9,7 +9,6 @@ s3fs through the standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers import free_port
 
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "digideep-test",
@@ -53,12 +54,6 @@ def _boto_credentials() -> dict[str, str]:
         "aws_secret_access_key": S3_ENV["AWS_SECRET_ACCESS_KEY"],
         "region_name": S3_ENV["AWS_DEFAULT_REGION"],
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 SERIAL_MOTO = """
@@ -97,7 +92,7 @@ def moto_server(log_path: Path, timeout: float = 30.0) -> Iterator[S3Server]:
         raise RuntimeError(
             "moto[server] is not installed; install the dev extra: pip install -e '.[dev]'"
         ) from None
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-c", SERIAL_MOTO, str(port)], stdout=log, stderr=log)

@@ -15,13 +15,16 @@ import signal
 import socket
 import subprocess
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
 from digideep.errors import UsageError
 
-__all__ = ["check_port_free", "stop_on_signals", "stop_tree"]
+__all__ = ["check_port_free", "stop_on_signals", "stop_tree", "wait_for_http"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -96,3 +99,38 @@ def check_port_free(port: int, what: str, host: str = "127.0.0.1") -> None:
         f"cannot start {what}: port {port} on {host} is taken{holder}; "
         "stop that process (a server left running?) or choose another --port"
     )
+
+
+def wait_for_http(
+    url: str,
+    process: subprocess.Popen,
+    what: str,
+    timeout: float = 180.0,
+    log: Path | None = None,
+    error: type[Exception] = RuntimeError,
+) -> None:
+    """Wait until ``url`` answers with a success status, while the server ``process`` that should
+    answer it keeps running.
+
+    Args:
+        url: polled every 0.5 s (a refused connection or an HTTP error status means not yet).
+        process: the server; its exit ends the wait at once.
+        what: names the server in the message.
+        timeout: seconds before giving up.
+        log: the server's log file, named in the message.
+        error: the exception type raised.
+
+    Raises:
+        error: the server exited, or did not answer within ``timeout``.
+    """
+    see = f"; see {log}" if log is not None else ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise error(f"{what} exited while starting{see}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:  # refused, reset, timed out, or an HTTPError status
+            time.sleep(0.5)
+    raise error(f"{what} did not answer on {url} within {timeout:.0f} s{see}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from digideep_stack.local_stack import LocalStack
 from tests.conftest import REPO
+from tests.helpers import free_port
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -146,12 +146,6 @@ def install_is_current() -> bool:
     """Whether ``make`` sees the venv as installed (its stamp newer than pyproject.toml)."""
     stamp = REPO / ".venv" / "bin" / ".installed"
     return stamp.exists() and stamp.stat().st_mtime >= (REPO / "pyproject.toml").stat().st_mtime
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def serve_and_stop(command: str, folder: Path, env: dict) -> None:

@@ -19,12 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.helpers import free_port
 
 
 def environment(tmp_path) -> dict[str, str]:

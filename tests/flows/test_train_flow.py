@@ -9,7 +9,6 @@ S3 bucket (moto on 127.0.0.1; the worker has the AWS variables). A sweep of two 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -22,19 +21,13 @@ from digideep.memory import Memory
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.utility.location import Location
 from digideep_stack.local_stack import LocalStack
-from tests.helpers import assert_same_tensors
+from tests.helpers import assert_same_tensors, free_port
 from tests.pipeline.test_resume import final_state, run, train_command
 
 TINY = {"number_epochs": 6, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 3, "test_episodes": 1,
         "buffer_size": 1000}  # fmt: skip
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

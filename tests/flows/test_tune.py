@@ -17,7 +17,8 @@ from mlflow import MlflowClient
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from digideep_stack.local_stack import LocalStack
-from tests.flows.test_train_flow import free_port, start, wait
+from tests.flows.test_train_flow import start, wait
+from tests.helpers import free_port
 
 PARAMS = str(Path(__file__).with_name("tune_params.py"))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,15 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from digideep.utility.processes import wait_for_http
 from digideep_stack.secrets import read_env_file
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -209,21 +204,6 @@ def _spawn(folder: Path, name: str, command: list[str], env: dict[str, str]) -> 
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True)
 
 
-def _wait_http(url: str, process: subprocess.Popen, what: str, timeout: float = 180) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited while starting")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"{what} did not answer on {url} within {timeout:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The light servers on a bridge: Prefect on SQLite, moto S3 with keys checked, MLflow on sqlite.
@@ -259,14 +239,14 @@ def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         env = {**base, "PREFECT_HOME": str(folder / "prefect-server")}
         started = {name: _spawn(folder, name, command, env) for name, command in servers.items()}
         processes.extend(started.values())
-        _wait_http(f"{s3['AWS_ENDPOINT_URL']}/moto-api/", started["s3"], "the S3 server")
+        wait_for_http(f"{s3['AWS_ENDPOINT_URL']}/moto-api/", started["s3"], "the S3 server")
         import boto3
 
         boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"], region_name="us-east-1",
                      aws_access_key_id=s3["AWS_ACCESS_KEY_ID"],
                      aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket="digideep")  # fmt: skip
         api = f"http://{address}:{ports['prefect']}/api"
-        _wait_http(f"{api}/health", started["prefect-server"], "the Prefect server")
+        wait_for_http(f"{api}/health", started["prefect-server"], "the Prefect server")
         client_env = {**HOST_ENV, **s3, "PREFECT_API_URL": api,
                       "MLFLOW_TRACKING_URI": f"http://{address}:{ports['mlflow']}"}  # fmt: skip
         cli = {**os.environ, **client_env, "PWD": str(REPO), "PREFECT_HOME": str(folder / "prefect-client")}
@@ -274,7 +254,7 @@ def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         for args in (["work-pool", "create", POOL, "--type", "process"], ["deploy", "--all"]):
             result = subprocess.run([*prefect, *args], cwd=REPO, env=cli, capture_output=True, text=True)
             assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        _wait_http(
+        wait_for_http(
             f"{client_env['MLFLOW_TRACKING_URI']}/health", started["mlflow-server"], "the MLflow server"
         )
         cluster = Cluster(network, folder, "digideep", client_env)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 SERVER_START_TIMEOUT = 180.0
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,8 @@ from digideep.pipeline.training import open_run
 from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.sender import JournalUploader
-from tests.tracking.conftest import free_port, start_mlflow_server, stop_mlflow_server
+from tests.helpers import free_port
+from tests.tracking.conftest import start_mlflow_server, stop_mlflow_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
