@@ -90,7 +90,7 @@ class PPO(AgentBase):
         cnn_features: features of the Nature CNN that image observations get (512).
         torch_compile: compile the minibatch loss, forward and backward, with ``torch.compile``. Off
             by default: the compiled kernels are not bit-identical to eager ones. At HalfCheetah sizes
-            on one CPU thread PPO's frames/s rose 1.26x to 1.32x, after a first update that compiles
+            on one CPU thread PPO's frames/s rose 1.24x to 1.32x, after a first update that compiles
             for about 16 s (7 s from inductor's on-disk cache); worth it from some 100k frames on.
             On the CPU it needs a C++ compiler (``$CXX``, ``g++`` or ``clang++``).
 
