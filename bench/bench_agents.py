@@ -264,7 +264,7 @@ def digideep_ppo(
         "agent", session, observation_space, action_space["agent"], n_epochs=10, batch_size=64, **agent_args
     )
     explorer = Explorer(session, {"agent": agent}, "train", env_params, workers, 2048 // workers, seed=0)
-    memory = RolloutMemory(1)
+    memory = RolloutMemory(workers)
 
     def run() -> None:
         for _ in range(iterations):
