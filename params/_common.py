@@ -58,6 +58,7 @@ def ppo_args(cpanel: dict) -> dict:
         "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
+        "torch_compile": cpanel["torch_compile"],
     }
 
 
