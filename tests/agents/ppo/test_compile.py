@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -36,6 +38,10 @@ def chunks(count: int) -> list[dict]:
         explorer.close()
 
 
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "clang++")),
+    reason="torch.compile on the CPU needs a C++ compiler",
+)
 def test_the_compiled_loss_and_its_gradients_are_the_eager_ones_at_every_clip_range() -> None:
     """Same parameters, same minibatch: the compiled loss, its parts and its gradients equal eager ones.
     (Whole updates are not compared: Adam turns float rounding in near-zero gradients into steps of
