@@ -16,13 +16,12 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.optim.adam import adam as functional_adam
 
 from digideep.agents.base import AgentBase
 from digideep.agents.utils import BoxScaler, to_torch
 from digideep.memory import UniformTransitions
 
-__all__ = ["OffPolicyAgent", "Transitions", "adam_step", "bfloat16_speed_note"]
+__all__ = ["OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
 
 log = logging.getLogger(__name__)
 
@@ -204,67 +203,6 @@ def bfloat16_speed_note(device: torch.device) -> str | None:
         f"bfloat16 is likely slower than float32 on this CPU ({capability}, avx512_bf16 but no amx_bf16: "
         "measured 0.4x to 1.5x of float32 on an AMD EPYC); prefer precision='float32'"
     )
-
-
-def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -> None:
-    """``optimizer.step()`` with ``grads`` (from ``torch.autograd.grad``) instead of the ``.grad`` fields.
-
-    For an initialized ``torch.optim.Adam`` (fused or foreach, no AMSGrad) this calls the documented
-    functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
-    same numbers as ``step()``, without its per-call Python bookkeeping (about 0.3 ms per call on
-    one CPU thread, about 5 % of a SAC gradient step at HalfCheetah sizes). Any other optimizer, or
-    Adam before its first step creates the state, goes through ``step()`` (each ``.grad`` is set for
-    it and then put back as it was). Optimizer hooks are not called on the fast path.
-
-    Args:
-        optimizer: the optimizer.
-        grads: one gradient per parameter, in ``param_groups`` order (the order of
-            :func:`optimizer_params`).
-    """
-    state = optimizer.state
-    fast = type(optimizer) is torch.optim.Adam and all(
-        not group["amsgrad"] and not group["differentiable"] and not group["capturable"]
-        for group in optimizer.param_groups
-    )
-    if fast and all(p in state for group in optimizer.param_groups for p in group["params"]):
-        start = 0
-        with torch.no_grad():  # as Optimizer.step
-            for group in optimizer.param_groups:
-                params = group["params"]
-                states = [state[p] for p in params]
-                beta1, beta2 = group["betas"]
-                functional_adam(
-                    params,
-                    list(grads[start : start + len(params)]),
-                    [s["exp_avg"] for s in states],
-                    [s["exp_avg_sq"] for s in states],
-                    [],
-                    [s["step"] for s in states],
-                    foreach=group["foreach"],
-                    fused=group["fused"],
-                    decoupled_weight_decay=group.get("decoupled_weight_decay", False),
-                    amsgrad=False,
-                    beta1=beta1,
-                    beta2=beta2,
-                    lr=group["lr"],
-                    weight_decay=group["weight_decay"],
-                    eps=group["eps"],
-                    maximize=group["maximize"],
-                )
-                start += len(params)
-        return
-    params = optimizer_params(optimizer)
-    held = [param.grad for param in params]
-    for param, grad in zip(params, grads, strict=True):
-        param.grad = grad
-    optimizer.step()
-    for param, grad in zip(params, held, strict=True):  # as they were (a flat buffer keeps its gradient)
-        param.grad = grad
-
-
-def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimizer's parameters in ``param_groups`` order (the order :func:`adam_step` expects)."""
-    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def _check_positive(**values: int) -> None:

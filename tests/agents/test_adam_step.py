@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from digideep.agents.networks import EnsembleMLP, mlp
-from digideep.agents.off_policy import adam_step, optimizer_params
+from digideep.agents.utils import adam_step, optimizer_params
 
 
 def _loss(

@@ -21,12 +21,11 @@ import torch
 
 from digideep.agents.base import AgentBase
 from digideep.agents.networks import EncodedObservations, ObservationEncoder
-from digideep.agents.off_policy import adam_step
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
-from digideep.agents.utils import MetricAccumulator, ObservationAdapter, make_adam, to_torch
+from digideep.agents.utils import MetricAccumulator, ObservationAdapter, adam_step, make_adam, to_torch
 from digideep.memory import LastChunk
 
 __all__ = ["PPO", "Minibatch"]

@@ -6,7 +6,7 @@ actor step against the freshly updated critics together with the temperature ste
 average of the target critics. Both critics are one ensemble (one call, one backward); the actor loss
 reads the critics through detached weights, so no critic weight gradients are computed for it.
 Gradients come from ``torch.autograd.grad`` and go straight into the optimizer's update
-(:func:`~digideep.agents.off_policy.adam_step`): no ``zero_grad``, no ``.grad`` accumulation.
+(:func:`~digideep.agents.utils.adam_step`): no ``zero_grad``, no ``.grad`` accumulation.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from digideep.agents.off_policy import OffPolicyAgent, Transitions, adam_step, optimizer_params
+from digideep.agents.off_policy import OffPolicyAgent, Transitions
 from digideep.agents.sac import losses
 from digideep.agents.sac.policy import SACPolicy
-from digideep.agents.utils import MetricAccumulator, make_adam, polyak_update
+from digideep.agents.utils import MetricAccumulator, adam_step, make_adam, optimizer_params, polyak_update
 
 __all__ = ["SAC"]
 

@@ -19,10 +19,10 @@ import gymnasium as gym
 import torch
 
 from digideep.agents.noise import make_noise
-from digideep.agents.off_policy import OffPolicyAgent, Transitions, adam_step
+from digideep.agents.off_policy import OffPolicyAgent, Transitions
 from digideep.agents.td3 import losses
 from digideep.agents.td3.policy import DeterministicPolicy
-from digideep.agents.utils import MetricAccumulator, make_adam, polyak_update
+from digideep.agents.utils import MetricAccumulator, adam_step, make_adam, polyak_update
 
 __all__ = ["TD3"]
 
