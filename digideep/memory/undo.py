@@ -64,12 +64,13 @@ class UndoArea:
     Args:
         location: the memory's group.
         capacity: rows per worker of the ring.
-        compressors: the codecs of the memory's arrays.
         name: shown in messages.
+
+    Each array of the area takes the codecs of the main array it copies.
     """
 
-    def __init__(self, location: Location, capacity: int, compressors: object, name: str) -> None:
-        self.location, self.capacity, self.compressors, self.name = location, capacity, compressors, name
+    def __init__(self, location: Location, capacity: int, name: str) -> None:
+        self.location, self.capacity, self.name = location, capacity, name
         self.arrays: dict[str, zarr.Array] = {}
 
     def open(self, group: zarr.Group, keys: tuple[str, ...], main: dict[str, zarr.Array]) -> None:

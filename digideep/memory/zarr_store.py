@@ -126,8 +126,8 @@ class ZarrStore:
         self.capacity = capacity
         self.chunk_rows = chunk_rows
         self.chunk_bytes = chunk_bytes
+        compressors(compression)  # refuses an unknown name now; each array gets its key's codecs
         self.compression = compression
-        self.compressors = compressors(compression)  # checks the name; arrays pick theirs by key
         self.name = name
         check_zarr_version()
         self.group: zarr.Group | None = None
@@ -137,7 +137,7 @@ class ZarrStore:
         self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
-        self.undo = UndoArea(self.location, capacity, self.compressors, name)
+        self.undo = UndoArea(self.location, capacity, name)
         self.rowwise_undo = False  # the undo area holds rows, not chunks (layout format 2, opened)
 
     # -- opening -------------------------------------------------------------------------------
