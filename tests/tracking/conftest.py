@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from digideep.utility.processes import wait_for_http
 from tests.helpers import free_port
 
 SERVER_START_TIMEOUT = 180.0
@@ -52,23 +51,12 @@ def start_mlflow_server(root: Path, port: int) -> subprocess.Popen:
         process = subprocess.Popen(
             command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True
         )
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"mlflow server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
-            )
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                if response.status == 200:
-                    return process
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            stop_mlflow_server(process, kill=True)
-            raise RuntimeError(f"mlflow server did not answer at {uri}:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.25)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", process, "mlflow server", SERVER_START_TIMEOUT)
+    except RuntimeError as error:
+        stop_mlflow_server(process, kill=True)
+        raise RuntimeError(f"{error}:\n{log_path.read_text()[-3000:]}") from None
+    return process
 
 
 def stop_mlflow_server(process: subprocess.Popen, kill: bool = False) -> None:
