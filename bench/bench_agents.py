@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +46,8 @@ import itertools
 import gymnasium as gym
 import numpy as np
 import torch
+from common import interleaved as common_interleaved
+from common import machine, timed
 
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
@@ -60,16 +61,6 @@ except ImportError:  # the bench extra is not installed
     sb3 = None
 
 OBS_DIM, ACT_DIM, BATCH, HIDDEN, REPLAY = 17, 6, 256, [256, 256], 100_000
-
-
-def median_rate(work: float, timings: list[float]) -> float:
-    return work / statistics.median(timings)
-
-
-def timed(fn: Any) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 # -- off-policy ----------------------------------------------------------------------------------
@@ -238,16 +229,14 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
 
 
 def interleaved(runs: dict[str, tuple[int, Any]], repeats: int, work: float) -> dict[str, float]:
-    """Median rates of ``{name: (threads, fn)}``, one warm-up each, the timings of all names interleaved."""
-    for threads, run in runs.values():
-        torch.set_num_threads(threads)
-        run()  # warm-up
-    timings: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(repeats):
-        for key, (threads, run) in runs.items():
-            torch.set_num_threads(threads)
-            timings[key].append(timed(run))
-    return {k: median_rate(work, t) for k, t in timings.items()}
+    """:func:`common.interleaved` of ``{name: (threads, fn)}``, each timed at its own torch thread count."""
+    threads = {name: count for name, (count, _) in runs.items()}
+    return common_interleaved(
+        {name: run for name, (_, run) in runs.items()},
+        repeats,
+        work,
+        before=lambda name: torch.set_num_threads(threads[name]),
+    )
 
 
 # -- PPO -----------------------------------------------------------------------------------------
@@ -368,17 +357,6 @@ def report(title: str, rates: dict[str, float], baseline: str, floor: float | No
         ratio = f"  {rate / base:5.2f}x {baseline}" if base and key != baseline else ""
         share = f"  {rate / floor:4.0%} of roofline" if floor else ""
         print(f"  {key:<20} {rate:9.1f}{ratio}{share}")
-
-
-def machine() -> str:
-    """CPU capability and the lscpu flags that decide bfloat16 speed."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    found = ", ".join(f for f in wanted if f in flags) or "unknown"
-    return f"cpu capability {torch.backends.cpu.get_cpu_capability()}, flags: {found}, {os.cpu_count()} cores"
 
 
 def main() -> None:

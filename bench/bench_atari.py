@@ -25,16 +25,14 @@ and Stable-Baselines3 (a bench extra); without either it prints one line and exi
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
+from common import interleaved, machine
 
 try:
     import ale_py  # noqa: F401
@@ -48,30 +46,6 @@ else:
     MISSING = None
 
 GAME, WORKERS, STEPS, MINIBATCH = "PongNoFrameskip-v4", 8, 128, 256
-
-
-def machine() -> str:
-    """CPU capability and the lscpu flags that decide the CNN's speed."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    found = ", ".join(f for f in wanted if f in flags) or "unknown"
-    return f"cpu capability {torch.backends.cpu.get_cpu_capability()}, flags: {found}, {os.cpu_count()} cores"
-
-
-def interleaved(runs: dict[str, Any], repeats: int, work: float) -> dict[str, float]:
-    """Median rates (``work`` per second) of ``{name: fn}``, one warm-up each, timings interleaved."""
-    for run in runs.values():
-        run()
-    timings: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            timings[name].append(time.perf_counter() - start)
-    return {name: work / statistics.median(t) for name, t in timings.items()}
 
 
 def report(title: str, rates: dict[str, float], baseline: str, unit: str) -> None:
