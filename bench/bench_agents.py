@@ -13,8 +13,10 @@
   digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames); the raw
   env step rate (random actions, no agent) and the same Explorer with a random agent are measured
   beside the Explorer with PPO, so that the acting cost and the Explorer's own cost show apart.
-  digideep also runs with ``torch_compile=True`` (the minibatch loss compiled); its first update, which
-  compiles, is timed apart and printed beside the rates.
+  digideep's default steps the MLP policy with hand-written gradients (``agents/ppo/analytic_gradients.py``);
+  it also runs with ``analytic_gradients=False`` (autograd, the reference) and with ``torch_compile=True``
+  (autograd on the compiled minibatch loss); the compiled run's first update, which compiles, is
+  timed apart and printed beside the rates.
 - ``--threads 1 2``: every digideep and SB3 figure at each torch thread count, all interleaved; ratios
   against SB3 at the first count.
 
@@ -284,6 +286,9 @@ def bench_ppo(args: argparse.Namespace) -> None:
     run, act_only, explorer = digideep_ppo(1, iterations, "sync")
     explorers = [explorer]
     runs: dict[str, tuple[int, Any]] = {f"digideep 1w {first}t": (first, run)}
+    autograd, _, autograd_explorer = digideep_ppo(1, iterations, "sync", analytic_gradients=False)
+    explorers.append(autograd_explorer)
+    runs[f"digideep autograd {first}t"] = (first, autograd)
     compiled, _, compiled_explorer = digideep_ppo(1, iterations, "sync", torch_compile=True)
     explorers.append(compiled_explorer)
     torch.set_num_threads(first)

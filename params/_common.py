@@ -59,6 +59,7 @@ def ppo_args(cpanel: dict) -> dict:
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
         "torch_compile": cpanel["torch_compile"],
+        "analytic_gradients": cpanel["analytic_gradients"],
     }
 
 

@@ -22,6 +22,7 @@ import torch
 from digideep.agents.base import AgentBase
 from digideep.agents.networks import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
+from digideep.agents.ppo.analytic_gradients import AnalyticGaussianStep
 from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
@@ -91,7 +92,12 @@ class PPO(AgentBase):
             by default: the compiled kernels are not bit-identical to eager ones. At HalfCheetah sizes
             on one CPU thread PPO's frames/s rose 1.24x to 1.32x, after a first update that compiles
             for about 16 s (7 s from inductor's on-disk cache); worth it from some 100k frames on.
-            On the CPU it needs a C++ compiler (``$CXX``, ``g++`` or ``clang++``).
+            On the CPU it needs a C++ compiler (``$CXX``, ``g++`` or ``clang++``). It replaces the
+            analytic gradients.
+        analytic_gradients: on the CPU, step feed-forward Gaussian MLP policies with the loss's
+            gradients written out by hand (:mod:`.analytic_gradients`) instead of autograd: the same
+            loss and gradients up to float rounding, with a fraction of autograd's per-operation
+            overhead. A subclass that overrides ``_loss`` always gets autograd.
 
     The encoder follows the observation space: an image (``(C, H, W)``, e.g. Atari's stacked frames)
     gets a Nature CNN shared by actor and critic; a Dict of vectors is concatenated into the MLPs; a
@@ -130,6 +136,7 @@ class PPO(AgentBase):
         data_parallel: bool = False,
         cnn_features: int = 512,
         torch_compile: bool = False,
+        analytic_gradients: bool = True,
     ) -> None:
         super().__init__(name, session, observation_space, action_space)
         if n_epochs < 1 or batch_size < 1:
@@ -180,6 +187,17 @@ class PPO(AgentBase):
             _check_compiler(self.device)
             # a fixed minibatch shape; the clip range comes as a tensor so that annealing it recompiles nothing
             self._minibatch_loss = torch.compile(self._loss, dynamic=False)
+        # the hand-written gradients of _loss, where they apply (analytic_gradients.py says why)
+        self._analytic = None
+        if (
+            analytic_gradients
+            and not self.torch_compile
+            and self.device.type == "cpu"
+            and type(self)._loss is PPO._loss
+        ):
+            self._analytic = AnalyticGaussianStep.build(
+                self.policy, self.vf_coef, self.ent_coef, self.clip_value_loss
+            )
 
     def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
         """Images get a CNN encoder (:class:`EncodedObservations`); vectors the plain adapter."""
@@ -380,10 +398,13 @@ class PPO(AgentBase):
         Returns:
             ``(B,)`` detached log-ratios, for the epoch's clip fraction and approximate KL.
         """
-        clip_range = torch.tensor(clip, device=self.device) if self.torch_compile else clip
-        loss, pg_loss, v_loss, entropy, log_ratio = self._minibatch_loss(features, batch, clip_range)
-        self.flat.zero_grad()
-        loss.backward()
+        if self._analytic is not None:  # writes the gradients itself
+            _, pg_loss, v_loss, entropy, log_ratio = self._analytic(features, batch, clip)
+        else:
+            clip_range = torch.tensor(clip, device=self.device) if self.torch_compile else clip
+            loss, pg_loss, v_loss, entropy, log_ratio = self._minibatch_loss(features, batch, clip_range)
+            self.flat.zero_grad()
+            loss.backward()
         if self.max_grad_norm is not None:  # clip_grad_norm_'s formula on the one flat gradient (3x cheaper)
             grad = self.flat.param.grad
             grad.mul_((self.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp_(max=1.0))
