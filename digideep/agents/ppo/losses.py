@@ -6,6 +6,7 @@ the 0.5 factor, entropy bonus) and the "37 implementation details of PPO".
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["entropy_loss", "gae", "normalize_per_minibatch", "policy_loss", "ratio_stats", "value_loss"]
@@ -46,11 +47,16 @@ def gae(
     bootstrap = torch.where(next_masks > 0, values[..., 1:], truncated_value)  # where: NaN-safe
     deltas = rewards + gamma * bootstrap - values[..., :-1]
     decay = gamma * lam * next_masks
-    advantages = torch.empty_like(deltas)
-    running = torch.zeros_like(deltas[..., 0])
+    # The recursion runs in NumPy on time-major copies: a step is two ufunc calls on a row view, about
+    # 1 us against 5 us for torch's indexing and dispatch (10 ms of a 2048-step update). The same
+    # float32 products and sums, so the same numbers as the torch loop.
+    deltas_t = deltas.detach().cpu().reshape(-1, num_steps).T.contiguous().numpy()
+    decay_t = decay.detach().cpu().reshape(-1, num_steps).T.contiguous().numpy()
+    advantages_t = np.empty_like(deltas_t)
+    running = np.zeros_like(deltas_t[0])
     for t in range(num_steps - 1, -1, -1):
-        running = deltas[..., t] + decay[..., t] * running
-        advantages[..., t] = running
+        running = np.add(deltas_t[t], np.multiply(decay_t[t], running), out=advantages_t[t])
+    advantages = torch.from_numpy(advantages_t.T.copy()).reshape(deltas.shape).to(deltas.device)
     return advantages, advantages + values[..., :-1]
 
 
