@@ -13,7 +13,8 @@ The stages are plain methods over the Runner's state. :meth:`Runner.train` walks
 calls each stage through a ``call(stage, function)`` hook: the plain loop calls them directly,
 the Prefect flow (``flows/train.py``) wraps each in a task. One schedule, two drivers.
 Stages exchange only small values (counts, metric dicts, paths); the chunk and the batches stay
-inside the Runner.
+inside the Runner. The checkpoint stage and the Runner's state (``state_dict``, ``from_checkpoint``)
+live in :mod:`digideep.pipeline.runner_state`.
 """
 
 from __future__ import annotations
@@ -22,38 +23,29 @@ import functools
 import logging
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from digideep.errors import UsageError
 from digideep.pipeline import components
-from digideep.pipeline.checkpoint import (
-    Checkpoint,
-    apply_retention,
-    find_checkpoints,
-    load_checkpoint,
-    write_checkpoint,
-)
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
-from digideep.pipeline.rng import rng_state, seed_everything, set_rng_state
+from digideep.pipeline.rng import seed_everything
+from digideep.pipeline.runner_state import RunnerStateMixin, resume_checkpoint
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
-from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
+from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
 
-__all__ = ["ITERATION_STAGES", "Runner", "StageCall"]
+__all__ = ["ITERATION_STAGES", "Runner", "StageCall", "resume_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +59,7 @@ def call_directly(stage: str, function: Callable[[], Any]) -> Any:
     return function()
 
 
-class Runner:
+class Runner(RunnerStateMixin):
     """Builds the components of a run from its params tree and trains them.
 
     Args:
@@ -236,55 +228,6 @@ class Runner:
         profiler.reset()
         return metrics
 
-    def checkpoint(self) -> str:
-        """Flush the memories, write the two checkpoint files, commit, apply retention; return the folder.
-
-        The files are written under ``checkpoints/checkpoint-<iteration>/`` and the checkpoint
-        commits when its record ``commit.json`` is written, last (see
-        :mod:`digideep.pipeline.checkpoint`). Between the two, the checkpoint's own duration is
-        appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
-        committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
-        records before it, and resuming keeps this one record too (see
-        :meth:`~digideep.tracking.journal.MetricsJournal.rewind`). A session on object storage then
-        uploads its journal and log, still before the commit, so the journal there always covers
-        the newest committed checkpoint. MLflow is not waited for: the journal holds the metrics
-        whether the server answers or not.
-        """
-        started = time.perf_counter()
-        self._account_wall_time()
-        test_return = self.counters.last_test_return
-        iteration = self.counters.iteration
-        if not math.isnan(test_return) and test_return > self.counters.best_test_return:
-            self.counters.best_test_return = test_return
-            self.counters.best_checkpoint = iteration
-        self.counters.last_checkpoint = iteration
-        for memory in self.memories.values():
-            memory.flush()
-        folder = self.session.checkpoints_location
-        pending = write_checkpoint(folder, iteration, self.runner_info(), self.state_dict())
-        if self.journal is not None:
-            elapsed = time.perf_counter() - started
-            self.journal.append(self.counters.frames, {CHECKPOINT_METRIC: elapsed}, checkpoint=iteration)
-        # The lease must outlive the upload and the commit: a host whose session was taken over
-        # (it was cut off past the lease's expiry) must not commit over the new holder's checkpoints.
-        self.session.ensure_held(margin=LEASE_MARGIN)
-        self.session.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
-        saved = pending.commit()
-        for memory in self.memories.values():  # committed: now the undo areas may go
-            memory.checkpoint_committed()
-        best = self.counters.best_checkpoint
-        for deleted in apply_retention(folder, self.keep_checkpoints, best):
-            log.debug("retention removed %s", deleted)
-        if self.tracker is not None:
-            self.tracker.flush(force=True)
-            if isinstance(saved.path, Path):
-                self.tracker.log_checkpoint(saved.path)
-            else:  # MLflow uploads local files: a scratch copy of this checkpoint's
-                with tempfile.TemporaryDirectory(prefix="digideep-checkpoint-") as scratch:
-                    self.tracker.log_checkpoint(pending.write_copy(Path(scratch)))
-        log.info("checkpoint %s", saved.path)
-        return str(saved.path)
-
     # -- the schedule -------------------------------------------------------------------------
     @property
     def finished(self) -> bool:
@@ -405,7 +348,7 @@ class Runner:
         """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
         return f"{stage}[epoch {self.epoch}, iteration {self.counters.iteration}]"
 
-    # -- state --------------------------------------------------------------------------------
+    # -- wall time ----------------------------------------------------------------------------
     def _wall_time_now(self) -> float:
         running = time.perf_counter() - self._wall_start if self._wall_start is not None else 0.0
         return self.counters.wall_time + running
@@ -415,75 +358,6 @@ class Runner:
             now = time.perf_counter()
             self.counters.wall_time += now - self._wall_start
             self._wall_start = now
-
-    def runner_info(self) -> dict[str, Any]:
-        """What ``runner.json`` holds besides the versions: params, counters, classes."""
-        return {
-            "params": self.params,
-            "params_module": self.session.info().get("params_module"),
-            "counters": asdict(self.counters),
-            "classes": self.built.class_paths(),
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "counters": asdict(self.counters),
-            "agents": {name: agent.state_dict() for name, agent in self.agents.items()},
-            "explorers": {mode: explorer.state_dict() for mode, explorer in self.explorers.items()},
-            "memories": {name: memory.state_dict() for name, memory in self.memories.items()},
-            "monitor": self.monitor.state_dict(),
-            "rng": rng_state(),
-            "journal": self.journal.state_dict() if self.journal is not None else {},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counters = Counters.from_dict(state["counters"])
-        for name, agent in self.agents.items():
-            agent.load_state_dict(state["agents"][name])
-        for mode, explorer in self.explorers.items():
-            if mode in state["explorers"]:
-                explorer.load_state_dict(state["explorers"][mode])
-        for name, memory in self.memories.items():
-            components.restore_memory(memory, state["memories"][name])
-        self.monitor.load_state_dict(state["monitor"])
-        set_rng_state(state["rng"])
-        if self.journal is not None and "offset" in state.get("journal", {}):
-            # the replayed iterations append their records again
-            self.journal.rewind(state["journal"]["offset"], checkpoint=self.counters.iteration)
-
-    @classmethod
-    def from_checkpoint(
-        cls,
-        session: Session,
-        path: Path | str,
-        *,
-        tracker: Any = None,
-        modes: tuple[str, ...] = ("train", "test"),
-        params: dict[str, Any] | None = None,
-    ) -> Runner:
-        """Rebuild a Runner from a checkpoint folder and restore its state exactly.
-
-        ``params`` replaces the checkpoint's params tree (play uses it to set up the eval explorer).
-        The states are read on the CPU wherever they were written; each agent's ``load_state_dict``
-        moves its networks and optimizers to the agent's device, so a checkpoint written on a GPU
-        resumes and plays on the CPU and the reverse.
-
-        Raises:
-            UsageError: a checkpoint file is missing, damaged, of another version, or names a class
-                that does not exist.
-        """
-        info, states = load_checkpoint(path)
-        components.check_classes(info, path)
-        runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
-        if "train" in modes:
-            runner.load_state_dict(states)
-        else:  # play: only the policies (and the eval explorer's normalisers) are needed
-            for name, agent in runner.agents.items():
-                agent.load_state_dict(states["agents"][name])
-            train_explorer = states["explorers"].get("train")
-            for explorer in runner.explorers.values():
-                components.load_normalizers(explorer, train_explorer)
-        return runner
 
     def close(self) -> None:
         """Close the environments, then wait for the memories' background writes and end their
@@ -505,20 +379,6 @@ class Runner:
                 log.warning(
                     "memory '%s': a background write after the last checkpoint failed: %s", name, error
                 )
-
-
-def resume_checkpoint(session: Session) -> Checkpoint:
-    """The newest committed checkpoint of ``session``.
-
-    Raises:
-        UsageError: the session has none.
-    """
-    found = find_checkpoints(session.checkpoints_location)
-    if not found:
-        raise UsageError(
-            f"session '{session.url}' has no complete checkpoint to resume from; start a new run"
-        )
-    return found[-1]
 
 
 def _iteration_cap(max_iterations: int | None) -> int | None:

@@ -1,0 +1,189 @@
+"""The Runner's checkpointable state: the checkpoint stage that writes it, and how a Runner is rebuilt
+from a checkpoint.
+
+Kept apart from :mod:`digideep.pipeline.runner` so that the stages and the schedule stay short.
+:meth:`RunnerStateMixin.state_dict` is ``states.pt`` of a checkpoint and
+:meth:`RunnerStateMixin.runner_info` its ``runner.json`` (see :mod:`digideep.pipeline.checkpoint`);
+:meth:`RunnerStateMixin.from_checkpoint` builds the Runner again from the params saved there and
+restores every component, so that the resumed run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Self
+
+from digideep.errors import UsageError
+from digideep.pipeline import components
+from digideep.pipeline.checkpoint import (
+    Checkpoint,
+    apply_retention,
+    find_checkpoints,
+    load_checkpoint,
+    write_checkpoint,
+)
+from digideep.pipeline.counters import Counters
+from digideep.pipeline.lease import LEASE_MARGIN
+from digideep.pipeline.rng import rng_state, set_rng_state
+from digideep.pipeline.session import Session
+from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
+
+__all__ = ["RunnerStateMixin", "resume_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+
+class RunnerStateMixin:
+    """The checkpoint stage, ``runner_info``, ``state_dict``, ``load_state_dict`` and ``from_checkpoint``
+    of :class:`~digideep.pipeline.runner.Runner`."""
+
+    session: Session
+    params: dict[str, Any]
+    built: Any
+    counters: Counters
+    agents: dict[str, Any]
+    explorers: dict[str, Any]
+    memories: dict[str, Any]
+    monitor: Any
+    journal: MetricsJournal | None
+    tracker: Any
+    keep_checkpoints: int
+
+    def checkpoint(self) -> str:
+        """Flush the memories, write the two checkpoint files, commit, apply retention; return the folder.
+
+        The files are written under ``checkpoints/checkpoint-<iteration>/`` and the checkpoint
+        commits when its record ``commit.json`` is written, last (see
+        :mod:`digideep.pipeline.checkpoint`). Between the two, the checkpoint's own duration is
+        appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
+        committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
+        records before it, and resuming keeps this one record too (see
+        :meth:`~digideep.tracking.journal.MetricsJournal.rewind`). A session on object storage then
+        uploads its journal and log, still before the commit, so the journal there always covers
+        the newest committed checkpoint. MLflow is not waited for: the journal holds the metrics
+        whether the server answers or not.
+        """
+        started = time.perf_counter()
+        self._account_wall_time()
+        test_return = self.counters.last_test_return
+        iteration = self.counters.iteration
+        if not math.isnan(test_return) and test_return > self.counters.best_test_return:
+            self.counters.best_test_return = test_return
+            self.counters.best_checkpoint = iteration
+        self.counters.last_checkpoint = iteration
+        for memory in self.memories.values():
+            memory.flush()
+        folder = self.session.checkpoints_location
+        pending = write_checkpoint(folder, iteration, self.runner_info(), self.state_dict())
+        if self.journal is not None:
+            elapsed = time.perf_counter() - started
+            self.journal.append(self.counters.frames, {CHECKPOINT_METRIC: elapsed}, checkpoint=iteration)
+        # The lease must outlive the upload and the commit: a host whose session was taken over
+        # (it was cut off past the lease's expiry) must not commit over the new holder's checkpoints.
+        self.session.ensure_held(margin=LEASE_MARGIN)
+        self.session.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
+        saved = pending.commit()
+        for memory in self.memories.values():  # committed: now the undo areas may go
+            memory.checkpoint_committed()
+        best = self.counters.best_checkpoint
+        for deleted in apply_retention(folder, self.keep_checkpoints, best):
+            log.debug("retention removed %s", deleted)
+        if self.tracker is not None:
+            self.tracker.flush(force=True)
+            if isinstance(saved.path, Path):
+                self.tracker.log_checkpoint(saved.path)
+            else:  # MLflow uploads local files: a scratch copy of this checkpoint's
+                with tempfile.TemporaryDirectory(prefix="digideep-checkpoint-") as scratch:
+                    self.tracker.log_checkpoint(pending.write_copy(Path(scratch)))
+        log.info("checkpoint %s", saved.path)
+        return str(saved.path)
+
+    def runner_info(self) -> dict[str, Any]:
+        """What ``runner.json`` holds besides the versions: params, counters, classes."""
+        return {
+            "params": self.params,
+            "params_module": self.session.info().get("params_module"),
+            "counters": asdict(self.counters),
+            "classes": self.built.class_paths(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every component's state, the counters, the Monitor, the RNGs and the journal's offset."""
+        return {
+            "counters": asdict(self.counters),
+            "agents": {name: agent.state_dict() for name, agent in self.agents.items()},
+            "explorers": {mode: explorer.state_dict() for mode, explorer in self.explorers.items()},
+            "memories": {name: memory.state_dict() for name, memory in self.memories.items()},
+            "monitor": self.monitor.state_dict(),
+            "rng": rng_state(),
+            "journal": self.journal.state_dict() if self.journal is not None else {},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into the components this Runner built from the same params."""
+        self.counters = Counters.from_dict(state["counters"])
+        for name, agent in self.agents.items():
+            agent.load_state_dict(state["agents"][name])
+        for mode, explorer in self.explorers.items():
+            if mode in state["explorers"]:
+                explorer.load_state_dict(state["explorers"][mode])
+        for name, memory in self.memories.items():
+            components.restore_memory(memory, state["memories"][name])
+        self.monitor.load_state_dict(state["monitor"])
+        set_rng_state(state["rng"])
+        if self.journal is not None and "offset" in state.get("journal", {}):
+            # the replayed iterations append their records again
+            self.journal.rewind(state["journal"]["offset"], checkpoint=self.counters.iteration)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        session: Session,
+        path: Path | str,
+        *,
+        tracker: Any = None,
+        modes: tuple[str, ...] = ("train", "test"),
+        params: dict[str, Any] | None = None,
+    ) -> Self:
+        """Rebuild a Runner from a checkpoint folder and restore its state exactly.
+
+        ``params`` replaces the checkpoint's params tree (play uses it to set up the eval explorer).
+        The states are read on the CPU wherever they were written; each agent's ``load_state_dict``
+        moves its networks and optimizers to the agent's device, so a checkpoint written on a GPU
+        resumes and plays on the CPU and the reverse.
+
+        Raises:
+            UsageError: a checkpoint file is missing, damaged, of another version, or names a class
+                that does not exist.
+        """
+        info, states = load_checkpoint(path)
+        components.check_classes(info, path)
+        runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
+        if "train" in modes:
+            runner.load_state_dict(states)
+        else:  # play: only the policies (and the eval explorer's normalisers) are needed
+            for name, agent in runner.agents.items():
+                agent.load_state_dict(states["agents"][name])
+            train_explorer = states["explorers"].get("train")
+            for explorer in runner.explorers.values():
+                components.load_normalizers(explorer, train_explorer)
+        return runner
+
+
+def resume_checkpoint(session: Session) -> Checkpoint:
+    """The newest committed checkpoint of ``session``.
+
+    Raises:
+        UsageError: the session has none.
+    """
+    found = find_checkpoints(session.checkpoints_location)
+    if not found:
+        raise UsageError(
+            f"session '{session.url}' has no complete checkpoint to resume from; start a new run"
+        )
+    return found[-1]
