@@ -2,7 +2,9 @@
 
 Targets (mean return of 10 deterministic episodes at the end of the run): SAC on Pendulum-v1 >= -200
 after 10,000 frames; TD3 and DDPG on Pendulum-v1 >= -250 after 20,000; PPO on CartPole-v1 >= 475
-after 100,000; SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
+after 100,000; PPO on HalfCheetah-v5 (trained with the hand-written gradients) >= 1,400 after
+1,003,520 (3.2 to 4.3 min a seed here; 5-episode tests at the end scored 1,901, 1,859 and 1,723 on
+seeds 0 to 2); SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
 steps: 38 min here beside the test suite; it scored 842.9). The quick tests at the bottom run a
 sliver of each to keep the files importable and their trees buildable in CI.
 """
@@ -16,7 +18,13 @@ import pytest
 
 from tests.agents.runner_setup import close, iterate, make_runner, shipped_params
 
-TARGETS = {"pendulum_sac": -200.0, "pendulum_td3": -250.0, "pendulum_ddpg": -250.0, "cartpole_ppo": 475.0}
+TARGETS = {
+    "pendulum_sac": -200.0,
+    "pendulum_td3": -250.0,
+    "pendulum_ddpg": -250.0,
+    "cartpole_ppo": 475.0,
+    "mujoco_ppo": 1400.0,
+}
 
 
 @pytest.mark.slow

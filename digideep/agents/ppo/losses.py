@@ -2,6 +2,11 @@
 
 Follows CleanRL's ``ppo_continuous_action.py`` (clipped surrogate, optionally clipped value loss with
 the 0.5 factor, entropy bonus) and the "37 implementation details of PPO".
+
+On the CPU, PPO trains feed-forward Gaussian MLP policies with the gradients of these losses written
+out by hand (:mod:`digideep.agents.ppo.analytic_gradients`). A change to a loss here must be made there
+too, or trained with ``analytic_gradients=False``: ``tests/agents/ppo/test_analytic_gradients.py``
+fails while the two disagree. (A subclass that overrides ``PPO._loss`` gets autograd by itself.)
 """
 
 from __future__ import annotations
