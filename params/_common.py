@@ -58,8 +58,9 @@ def ppo_args(cpanel: dict) -> dict:
         "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
-        "torch_compile": cpanel["torch_compile"],
-        "analytic_gradients": cpanel["analytic_gradients"],
+        # knobs added later: parameter files of users' own, written before them, keep working
+        "torch_compile": cpanel.get("torch_compile", False),
+        "analytic_gradients": cpanel.get("analytic_gradients", True),
     }
 
 
