@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 class RunnerStateMixin:
     """The checkpoint stage, ``runner_info``, ``state_dict``, ``load_state_dict`` and ``from_checkpoint``
-    of :class:`~digideep.pipeline.runner.Runner`."""
+    of :class:`~digideep.pipeline.runner.Runner` (whose attributes below, and ``_account_wall_time``,
+    they use)."""
 
     session: Session
     params: dict[str, Any]
