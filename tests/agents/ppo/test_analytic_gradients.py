@@ -100,10 +100,9 @@ def test_on_a_real_chunk_after_an_update_the_gradients_are_autograds() -> None:
 def test_the_update_trains_with_it_as_with_autograd() -> None:
     """Whole updates from one seed: the same metrics up to float rounding (parameters are not compared:
     Adam turns rounding in near-zero gradients into steps of ``lr``)."""
-    fast, _ = trained_agent()
+    fast, chunk = trained_agent()  # the same chunk for both: it was explored before their first update
     slow, _ = trained_agent(analytic_gradients=False)
     assert fast._analytic is not None and slow._analytic is None
-    _, chunk = trained_agent()
     ours, theirs = fast.update(chunk), slow.update(chunk)
     assert ours.keys() == theirs.keys()
     for key in ours:
