@@ -84,7 +84,9 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: the repository (digideep, tests.s3) is importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from digideep.pipeline import components
+from common import machine
+
+from digideep.pipeline import components, runner_state
 from digideep.pipeline import runner as runner_module
 from digideep.pipeline.checkpoint import latest_checkpoint
 from digideep.pipeline.params import resolve_params
@@ -136,9 +138,9 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
             stack.enter_context(patched(memory, "flush", parts, "flush"))
         stack.enter_context(patched(runner, "state_dict", parts, "collect"))
         stack.enter_context(patched(runner, "runner_info", parts, "collect"))
-        stack.enter_context(patched(runner_module, "write_checkpoint", parts, "write"))
+        stack.enter_context(patched(runner_state, "write_checkpoint", parts, "write"))
         stack.enter_context(patched(runner.session, "upload", parts, "upload"))
-        stack.enter_context(patched(runner_module, "apply_retention", parts, "retention"))
+        stack.enter_context(patched(runner_state, "apply_retention", parts, "retention"))
         start = time.perf_counter()
         runner.checkpoint()
         total = time.perf_counter() - start
@@ -149,7 +151,7 @@ def timed_resume(root: Path | str, name: str) -> tuple[float, dict[str, float], 
     """Reopen session ``name`` and rebuild its Runner from the newest checkpoint, timed."""
     parts = Parts()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(runner_module, "load_checkpoint", parts, "read"))
+        stack.enter_context(patched(runner_state, "load_checkpoint", parts, "read"))
         stack.enter_context(patched(components, "build", parts, "build"))
         stack.enter_context(patched(components, "restore_memory", parts, "memory"))
         start = time.perf_counter()
@@ -311,15 +313,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     rng = np.random.default_rng(0)
     started = time.perf_counter()
-    import torch
-
-    flags = (
-        Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
-        if Path("/proc/cpuinfo").exists()
-        else []
-    )
-    shown = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
-    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}; cpu flags: {' '.join(shown)}")
+    print(machine(("sse4_2", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")))
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp, contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.chdir(tmp))  # URL sessions keep their working folder in ./data/cache

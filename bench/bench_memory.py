@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+from common import machine
 
 # the repository root (tests/s3.py), or the tree of the code measured as "before" (a child process)
 sys.path.insert(0, os.environ.get("BENCH_MEMORY_TREE") or str(Path(__file__).resolve().parents[1]))
@@ -524,18 +525,8 @@ def bench_peak(root: Path, capacity: int) -> None:
 
 
 def cpu_flags() -> str:
-    """torch's CPU capability and the SIMD flags of lscpu that numpy and the codecs use."""
-    import torch
-
-    flags = ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        line = next((row for row in out.splitlines() if row.startswith("Flags:")), "")
-        wanted = ("sse4_2", "avx", "avx2", "avx512f", "fma")
-        flags = " ".join(flag for flag in line.split()[1:] if flag in wanted)
-    except (OSError, subprocess.CalledProcessError):
-        flags = "lscpu unavailable"
-    return f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, lscpu flags: {flags}"
+    """torch's CPU capability and the SIMD flags that numpy and the codecs use."""
+    return machine(("sse4_2", "avx", "avx2", "avx512f", "fma"))
 
 
 def main() -> None:

@@ -70,7 +70,6 @@ import logging
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -81,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from common import machine as cpu_line
 
 from digideep.pipeline.params import load_params_module
 from digideep_stack.stack import SERVER_BATCHING
@@ -344,21 +344,12 @@ def start_postgres_server(root: Path) -> Any:
 
 
 def machine() -> str:
-    """CPU capability torch uses, the relevant lscpu flags, cores and load."""
+    """torch's version, its CPU capability and the relevant flags, cores and load."""
     import torch
 
-    flags: set[str] = set()
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Flags:"):
-                flags = set(line.split()[1:])
-    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    return (
-        f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-        f"lscpu flags {' '.join(f for f in wanted if f in flags) or '-'}; {os.cpu_count()} cores, "
-        f"load average {load}"
-    )
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return f"torch {torch.__version__}, {cpu_line(wanted)}, load average {load}"
 
 
 def stop_ephemeral_server() -> None:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # params/ beside d
 import gymnasium as gym
 import numpy as np
 import torch
+from common import machine
 
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
@@ -124,7 +125,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), stable-baselines3 {sb3.__version__}, "
-        f"cpu {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores; {args.env}, "
+        f"{machine()}; {args.env}, "
         f"{args.frames} frames, learning_starts {args.learning_starts}"
     )
     print(
