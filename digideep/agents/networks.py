@@ -42,6 +42,7 @@ __all__ = [
     "init_linear_default",
     "init_orthogonal",
     "mlp",
+    "mlp_layers",
 ]
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -135,6 +136,23 @@ def mlp(
     if output_activation is not None:
         layers.append(activation(output_activation))
     return MLP(*layers, head_from=head_from)
+
+
+def mlp_layers(network: nn.Module) -> tuple[list[nn.Linear], list[type[nn.Module]]] | None:
+    """``(linear layers, hidden activation types)`` of a ``Linear, act, ..., Linear`` stack (what
+    :func:`mlp` builds without an output activation) whose linear layers all have a bias, or None.
+
+    The PPO fast paths (NumPy acting, the analytic gradients) use it to see whether they apply.
+    """
+    if not isinstance(network, nn.Sequential):
+        return None
+    layers = list(network)
+    linears, activations = layers[0::2], layers[1::2]
+    if len(linears) != len(activations) + 1 or not all(
+        isinstance(m, nn.Linear) and m.bias is not None for m in linears
+    ):
+        return None
+    return linears, [type(m) for m in activations]
 
 
 def init_linear_default(weight: torch.Tensor, bias: torch.Tensor, fan_in: int) -> None:

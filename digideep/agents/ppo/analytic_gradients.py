@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from digideep.agents.networks import mlp_layers
+
 __all__ = ["AnalyticGaussianStep"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -52,26 +54,24 @@ _ACTIVATIONS: dict[type[nn.Module], tuple[Any, Any]] = {
 
 
 class _Network:
-    """The linear layers of one ``Linear, act, ..., Linear`` MLP, their gradient views and activation."""
+    """The linear layers of one ``Linear, act, ..., Linear`` MLP (their ``.grad`` are written) and its
+    activation. Use :meth:`of`."""
 
-    def __init__(self, network: nn.Sequential) -> None:
-        layers = list(network)
-        self.linears: list[nn.Linear] = layers[0::2]
-        kind = next((type(m) for m in layers[1::2]), nn.Tanh)  # a single Linear has no activation
-        self.forward_activation, self.backward_activation = _ACTIVATIONS[kind]
+    def __init__(self, linears: list[nn.Linear], activation: type[nn.Module]) -> None:
+        self.linears = linears
+        self.forward_activation, self.backward_activation = _ACTIVATIONS[activation]
 
-    @staticmethod
-    def applies(network: nn.Module) -> bool:
-        if not isinstance(network, nn.Sequential):
-            return False
-        layers = list(network)
-        linears, activations = layers[0::2], layers[1::2]
-        return (
-            len(linears) == len(activations) + 1
-            and all(isinstance(m, nn.Linear) and m.bias is not None for m in linears)
-            and len({type(m) for m in activations}) <= 1
-            and all(type(m) in _ACTIVATIONS for m in activations)
-        )
+    @classmethod
+    def of(cls, network: nn.Module) -> _Network | None:
+        """The MLP ``network``, or None unless its hidden layers share one activation this module has."""
+        found = mlp_layers(network)
+        if found is None:
+            return None
+        linears, activations = found
+        kinds = set(activations) or {nn.Tanh}  # a single Linear has no activation: any will do
+        if len(kinds) != 1 or not kinds <= _ACTIVATIONS.keys():
+            return None
+        return cls(linears, kinds.pop())
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         """``[x, h1, ..., h_L, out]``: the input, each hidden activation and the output."""
@@ -101,14 +101,23 @@ class AnalyticGaussianStep:
     Args:
         policy: an :class:`~digideep.agents.ppo.policy.ActorCriticPolicy` whose parameters have
             gradient tensors (``FlatParameters`` gives them views of one flat buffer).
+        actor: the policy's actor MLP.
+        critic: the policy's critic MLP.
         vf_coef: the value loss coefficient (as in :class:`~digideep.agents.ppo.agent.PPO`).
         ent_coef: the entropy bonus coefficient.
         clip_value_loss: clip the value loss with the clip range.
     """
 
-    def __init__(self, policy: Any, vf_coef: float, ent_coef: float, clip_value_loss: bool) -> None:
-        self.policy = policy
-        self.actor, self.critic = _Network(policy.unwrapped("actor")), _Network(policy.unwrapped("critic"))
+    def __init__(
+        self,
+        policy: Any,
+        actor: _Network,
+        critic: _Network,
+        vf_coef: float,
+        ent_coef: float,
+        clip_value_loss: bool,
+    ) -> None:
+        self.policy, self.actor, self.critic = policy, actor, critic
         self.vf_coef, self.ent_coef, self.clip_value_loss = vf_coef, ent_coef, clip_value_loss
 
     @classmethod
@@ -121,11 +130,10 @@ class AnalyticGaussianStep:
             return None
         if policy.log_std.dtype != torch.float32:
             return None
-        if not (_Network.applies(policy.unwrapped("actor")) and _Network.applies(policy.unwrapped("critic"))):
+        actor, critic = _Network.of(policy.unwrapped("actor")), _Network.of(policy.unwrapped("critic"))
+        if actor is None or critic is None or any(p.grad is None for p in policy.parameters()):
             return None
-        if any(p.grad is None for p in policy.parameters()):
-            return None
-        return cls(policy, vf_coef, ent_coef, clip_value_loss)
+        return cls(policy, actor, critic, vf_coef, ent_coef, clip_value_loss)
 
     @torch.no_grad()
     def __call__(

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from digideep.agents.networks import mlp_layers
+
 __all__ = ["NumpyGaussianActing"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -35,17 +37,12 @@ _NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = 
 }
 
 
-def _split(network: nn.Sequential) -> tuple[list[nn.Linear], list[type[nn.Module]]] | None:
-    """``(linear layers, hidden activation types)`` of ``Linear, act, ..., Linear``, or None."""
-    layers = list(network)
-    linears, activations = layers[0::2], layers[1::2]
-    if len(linears) != len(activations) + 1 or not all(
-        isinstance(m, nn.Linear) and m.bias is not None for m in linears
-    ):
+def _split(network: nn.Module) -> tuple[list[nn.Linear], list[type[nn.Module]]] | None:
+    """:func:`~digideep.agents.networks.mlp_layers` of ``network`` if NumPy has its activations, else None."""
+    found = mlp_layers(network)
+    if found is None or not all(a in _NUMPY_ACTIVATIONS for a in found[1]):
         return None
-    if not all(type(m) in _NUMPY_ACTIVATIONS for m in activations):
-        return None
-    return linears, [type(m) for m in activations]
+    return found
 
 
 def _block_diagonal(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
