@@ -37,6 +37,8 @@ def off_policy_args(cpanel: dict) -> dict:
         "learning_starts": cpanel["learning_starts"],
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "seed": cpanel["seed"],
+        # added later: parameter files of users' own, written before it, keep working
+        "analytic_gradients": cpanel.get("analytic_gradients", True),
     }
 
 

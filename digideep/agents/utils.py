@@ -21,6 +21,7 @@ __all__ = [
     "adam_step",
     "make_adam",
     "optimizer_params",
+    "overrides",
     "polyak_update",
     "to_torch",
 ]
@@ -230,3 +231,9 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The optimizer's parameters in ``param_groups`` order (the order :func:`adam_step` expects)."""
     return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def overrides(cls: type, base: type, *names: str) -> bool:
+    """Whether ``cls`` overrides any of ``base``'s methods ``names`` (a fast path that reproduces
+    them by hand applies only while none is)."""
+    return any(getattr(cls, name) is not getattr(base, name) for name in names)

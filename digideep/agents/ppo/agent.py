@@ -26,7 +26,14 @@ from digideep.agents.ppo.analytic_gradients import AnalyticGaussianStep
 from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
-from digideep.agents.utils import MetricAccumulator, ObservationAdapter, adam_step, make_adam, to_torch
+from digideep.agents.utils import (
+    MetricAccumulator,
+    ObservationAdapter,
+    adam_step,
+    make_adam,
+    overrides,
+    to_torch,
+)
 from digideep.memory import LastChunk
 
 __all__ = ["PPO", "Minibatch"]
@@ -193,7 +200,7 @@ class PPO(AgentBase):
             analytic_gradients
             and not self.torch_compile
             and self.device.type == "cpu"
-            and type(self)._loss is PPO._loss
+            and not overrides(type(self), PPO, "_loss")
         ):
             self._analytic = AnalyticGaussianStep.build(
                 self.policy, self.vf_coef, self.ent_coef, self.clip_value_loss

@@ -1,6 +1,12 @@
 """SAC losses (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"), pure functions.
 
 Shapes: ``B`` transitions, ``E`` critics (2 for twin critics). All tensors float32.
+
+On the CPU in float32, SAC train with the derivatives of these losses written out by
+hand (:mod:`digideep.agents.sac.analytic_gradients`); only the loss values come from here. A change
+to a loss here must be made there too, or trained with ``analytic_gradients=False``:
+``tests/agents/sac/test_analytic_gradients.py`` fails while the two disagree. (A subclass that
+overrides ``_critic_gradients`` or ``_actor_gradients`` gets autograd by itself.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ The update reads like CleanRL's ``td3_continuous_action.py`` and SB3's ``TD3.tra
 ``no_grad`` (with smoothed target actions), critic step, and every ``policy_frequency`` gradient steps
 an actor step against the freshly updated first critic (through detached critic weights) followed by
 the Polyak average of both targets. DDPG (:mod:`digideep.agents.ddpg`) is the special case with one
-critic, no delay and no smoothing, as in SB3.
+critic, no delay and no smoothing, as in SB3. Each step's gradients come from
+:meth:`TD3._critic_gradients` and :meth:`TD3._actor_gradients` (autograd) or, by default on the CPU in
+float32, from their hand-written twins (:mod:`.analytic_gradients`).
 
 Defaults follow the paper, SB3 and CleanRL: two critics, ``policy_frequency`` 2, smoothing noise 0.2
 clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1e-3).
@@ -13,6 +15,7 @@ clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -21,8 +24,9 @@ import torch
 from digideep.agents.noise import make_noise
 from digideep.agents.off_policy import OffPolicyAgent, Transitions
 from digideep.agents.td3 import losses
+from digideep.agents.td3.analytic_gradients import AnalyticTD3Gradients
 from digideep.agents.td3.policy import DeterministicPolicy
-from digideep.agents.utils import MetricAccumulator, adam_step, make_adam, polyak_update
+from digideep.agents.utils import MetricAccumulator, adam_step, make_adam, overrides, polyak_update
 
 __all__ = ["TD3"]
 
@@ -47,6 +51,10 @@ class TD3(OffPolicyAgent):
         target_policy_noise: std of the target policy smoothing (0.2; 0 disables it).
         target_noise_clip: bound of the smoothing noise.
         activation: hidden activation.
+        analytic_gradients: on the CPU in float32, compute the gradients of both steps by hand
+            (:mod:`.analytic_gradients`: the same losses and gradients as autograd's up to rounding)
+            instead of autograd. Used only for ReLU or tanh networks and while a subclass keeps
+            :meth:`_critic_gradients` and :meth:`_actor_gradients`.
         **params: :class:`~digideep.agents.off_policy.OffPolicyAgent` arguments.
     """
 
@@ -67,6 +75,7 @@ class TD3(OffPolicyAgent):
         target_policy_noise: float = 0.2,
         target_noise_clip: float = 0.5,
         activation: str = "relu",
+        analytic_gradients: bool = True,
         **params: Any,
     ) -> None:
         super().__init__(name, session, observation_space, action_space, **params)
@@ -95,6 +104,10 @@ class TD3(OffPolicyAgent):
         self._actor_params = list(actor.parameters())
         self._critic_params = list(critic.parameters())
         self._online_params = [*self._actor_params, *self._critic_params]
+        # the hand-written gradients, where they apply and the autograd ones are not overridden
+        self._analytic = None
+        if analytic_gradients and not overrides(type(self), TD3, "_critic_gradients", "_actor_gradients"):
+            self._analytic = AnalyticTD3Gradients.build(self, activation)
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(
@@ -107,34 +120,50 @@ class TD3(OffPolicyAgent):
     # -- learning --------------------------------------------------------------------------------
     def learn(self, data: Transitions) -> dict[str, float]:
         """One gradient step per minibatch (``data`` leading axis)."""
-        policy, gamma = self.policy, self.gamma
-        smoothing = self.target_policy_noise > 0
-        noise = torch.randn_like(data.actions) if smoothing else None
+        analytic = self._analytic
+        critic_gradients = self._critic_gradients if analytic is None else analytic.critic_gradients
+        actor_gradients = self._actor_gradients if analytic is None else analytic.actor_gradients
+        noise = torch.randn_like(data.actions) if self.target_policy_noise > 0 else None
         metrics = MetricAccumulator()
         for i in range(data.actions.shape[0]):
-            obs, next_obs = data.observations[i], data.next_observations[i]
-            with self.mixed_precision():
-                with torch.no_grad():
-                    next_actions = policy.actor_target(next_obs)
-                    if noise is not None:
-                        next_actions = losses.smoothed_target_actions(
-                            next_actions, noise[i], self.target_policy_noise, self.target_noise_clip
-                        )
-                    next_q = policy.q_values(next_obs, next_actions, target=True)
-                    target = losses.q_target(data.rewards[i], data.terminals[i], next_q, gamma)
-                q = policy.q_values(obs, data.actions[i])
-                qf_loss = losses.critic_loss(q, target)
-            adam_step(self.critic_optimizer, torch.autograd.grad(qf_loss, self._critic_params))
-            metrics.add(**{"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()})
+            batch = Transitions(*(field[i] for field in data))
+            grads, qf_loss, q_mean = critic_gradients(batch, None if noise is None else noise[i])
+            adam_step(self.critic_optimizer, grads)
+            metrics.add(**{"losses/qf_loss": qf_loss, "losses/qf_values": q_mean})
 
             if self.updates % self.policy_frequency == 0:
-                with self.mixed_precision():
-                    actor_loss = losses.actor_loss(policy.q1_detached(obs, policy.actor(obs)))
-                adam_step(self.actor_optimizer, torch.autograd.grad(actor_loss, self._actor_params))
+                grads, actor_loss = actor_gradients(batch.observations)
+                adam_step(self.actor_optimizer, grads)
                 polyak_update(self._target_params, self._online_params, self.tau)
-                metrics.add(**{"losses/actor_loss": actor_loss.detach()})
+                metrics.add(**{"losses/actor_loss": actor_loss})
             self.updates += 1
         return metrics.result()
+
+    def _critic_gradients(
+        self, batch: Transitions, noise: torch.Tensor | None
+    ) -> tuple[Sequence[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """The critic step's gradients (autograd) on one minibatch (``B`` rows): ``(gradients of the
+        critics' parameters, critic loss, mean Q)``, the loss values detached. ``noise`` ``(B, A)``
+        smooths the target actions (None: no smoothing)."""
+        policy, next_obs = self.policy, batch.next_observations
+        with self.mixed_precision():
+            with torch.no_grad():
+                next_actions = policy.actor_target(next_obs)
+                if noise is not None:
+                    next_actions = losses.smoothed_target_actions(
+                        next_actions, noise, self.target_policy_noise, self.target_noise_clip
+                    )
+                next_q = policy.q_values(next_obs, next_actions, target=True)
+                target = losses.q_target(batch.rewards, batch.terminals, next_q, self.gamma)
+            q = policy.q_values(batch.observations, batch.actions)
+            qf_loss = losses.critic_loss(q, target)
+        return torch.autograd.grad(qf_loss, self._critic_params), qf_loss.detach(), q.detach().mean()
+
+    def _actor_gradients(self, obs: torch.Tensor) -> tuple[Sequence[torch.Tensor], torch.Tensor]:
+        """The actor step's gradients (autograd): ``(gradients of the actor's parameters, actor loss)``."""
+        with self.mixed_precision():
+            actor_loss = losses.actor_loss(self.policy.q1_detached(obs, self.policy.actor(obs)))
+        return torch.autograd.grad(actor_loss, self._actor_params), actor_loss.detach()
 
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:

@@ -1,6 +1,12 @@
 """TD3 losses (Fujimoto et al. 2018), pure functions; DDPG uses them with one critic.
 
 Shapes: ``B`` transitions, ``E`` critics. All tensors float32.
+
+On the CPU in float32, TD3 and DDPG train with the derivatives of these losses written out by
+hand (:mod:`digideep.agents.td3.analytic_gradients`); only the loss values come from here. A change
+to a loss here must be made there too, or trained with ``analytic_gradients=False``:
+``tests/agents/td3/test_analytic_gradients.py`` fails while the two disagree. (A subclass that
+overrides ``_critic_gradients`` or ``_actor_gradients`` gets autograd by itself.)
 """
 
 from __future__ import annotations
