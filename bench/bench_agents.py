@@ -6,7 +6,9 @@
   batch 256), replay memories of 100,000 random transitions. digideep times
   ``agent.update(agent.sample(memory))`` with ``updates_per_iteration = grad_steps`` (sampling
   included); SB3 times ``model.train(gradient_steps=grad_steps, batch_size=256)`` (its own sampling
-  included). Both in float32; digideep also with ``precision="bfloat16"``.
+  included). Both in float32; digideep's default steps with hand-written gradients
+  (``agents/analytic_mlp.py``), and it also runs with ``analytic_gradients=False`` (autograd, the
+  reference) and with ``precision="bfloat16"`` (autograd under autocast).
 - PPO on HalfCheetah-v5 (1 env, n_steps 2048, 10 epochs, minibatch 64, 64x64 tanh networks):
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
   PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. With a second thread count
@@ -92,7 +94,8 @@ def digideep_off_policy(cls: type, data: dict[str, np.ndarray], grad_steps: int,
         learning_starts=0,
         **kw,
     )
-    memory = Memory(folder / f"{cls.__name__}-{kw.get('precision', 'float32')}.zarr", 1, REPLAY + 1)
+    variant = "-".join(f"{key}={value}" for key, value in sorted(kw.items())) or "default"
+    memory = Memory(folder / f"{cls.__name__}-{variant}.zarr", 1, REPLAY + 1)
     chunk = {
         "/observations": data["obs"][None],
         "/next_observations": data["next_obs"][None],
@@ -211,6 +214,10 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
                 threads,
                 digideep_off_policy(cls, data, args.grad_steps, folder),
             )
+        runs[f"digideep autograd {first}t"] = (
+            first,
+            digideep_off_policy(cls, data, args.grad_steps, folder, analytic_gradients=False),
+        )
         runs[f"digideep bfloat16 {first}t"] = (
             first,
             digideep_off_policy(cls, data, args.grad_steps, folder, precision="bfloat16"),
