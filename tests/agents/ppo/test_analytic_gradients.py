@@ -4,28 +4,16 @@ they apply."""
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
 from digideep.agents.ppo import PPO
 from digideep.agents.ppo import losses as ppo_losses
 from digideep.agents.ppo.agent import Minibatch
-from tests.agents.ppo.test_acting import SESSION, trained_agent
+from tests.agents.analytic_checks import ACTIONS, OBSERVATIONS, SESSION, moved_agent
+from tests.agents.ppo.test_acting import trained_agent
 
-OBSERVATIONS = gym.spaces.Box(-np.inf, np.inf, (17,), np.float32)
-ACTIONS = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
 NAMES = ("loss", "policy loss", "value loss", "entropy", "log-ratio")
-
-
-def moved_agent(**args) -> PPO:
-    """A HalfCheetah-sized agent whose parameters were moved off their initialization."""
-    torch.manual_seed(0)
-    agent = PPO("agent", SESSION, OBSERVATIONS, ACTIONS, **args)
-    with torch.no_grad():
-        for parameter in agent.policy.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
-    return agent
 
 
 def minibatch(agent: PPO, rows: int = 64) -> Minibatch:
@@ -79,7 +67,7 @@ def assert_same_as_autograd(agent: PPO, batch: Minibatch, clip: float) -> None:
 )
 @pytest.mark.parametrize("clip", [0.2, 0.01])
 def test_loss_parts_and_gradients_equal_autograds_with_both_clips_active(args: dict, clip: float) -> None:
-    agent = moved_agent(**args)
+    agent = moved_agent(PPO, **args)
     assert agent._analytic is not None
     batch = minibatch(agent)
     ratio = (agent._loss(batch.observations, batch, clip)[4]).exp()
