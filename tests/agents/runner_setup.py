@@ -48,8 +48,11 @@ def shipped_params(name: str, **cpanel: Any) -> dict[str, Any]:
 
 
 def make_runner(root: Path, params: dict[str, Any]) -> Runner:
-    """A Runner in a fresh session under ``root`` (close it with :func:`close`)."""
-    session = Session(root=root, name="run", device="cpu")
+    """A Runner in a fresh session under ``root`` (close it with :func:`close`), with the params'
+    ``torch_threads`` as ``digideep train`` runs it: the process's thread count changes what a seed
+    learns (torch's CPU kernels split their sums by thread)."""
+    threads = params.get("session", {}).get("torch_threads")
+    session = Session(root=root, name="run", device="cpu", torch_threads=threads)
     return Runner(session, params, modes=tuple(params["explorer"]))
 
 
