@@ -3,9 +3,9 @@
 Targets (mean return of 10 deterministic episodes at the end of the run): SAC on Pendulum-v1 >= -200
 after 10,000 frames; TD3 and DDPG on Pendulum-v1 >= -250 after 20,000; PPO on CartPole-v1 >= 475
 after 100,000; PPO on HalfCheetah-v5 (trained with the hand-written gradients) >= 1,400 after
-1,003,520 (3.4 min a seed here; seed 0 scored 4,406.9. Runs of the shipped file through the CLI, with
-its 1 torch thread where these Runners keep the process's threads, scored 1,924 over 10 episodes on
-seed 0, and 1,859 and 1,723 over 5 on seeds 1 and 2); SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
+1,003,520 (3.4 min a seed here; runs of the shipped file through the CLI scored 1,924 over 10
+episodes on seed 0, and 1,859 and 1,723 over 5 on seeds 1 and 2; these Runners take the params'
+``torch_threads`` as the CLI does: with the process's 2 threads seed 0 scored 4,406.9); SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
 steps: 38 min here beside the test suite; it scored 842.9). The quick tests at the bottom run a
 sliver of each to keep the files importable and their trees buildable in CI.
 """
