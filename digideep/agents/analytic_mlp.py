@@ -26,7 +26,7 @@ their tests check every gradient against autograd's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -91,9 +91,11 @@ class StackedMLP:
         self._x: torch.Tensor | None = None  # the last forward's input
 
     @staticmethod
-    def applies(activation: str) -> bool:
-        """Whether hidden layers of this activation are supported."""
-        return activation in _ACTIVATIONS
+    def applies(agent: Any, activation: str) -> bool:
+        """Whether an off-policy ``agent`` whose networks use ``activation`` can step with stacks: float32
+        on the CPU, no ``DataParallel``, ReLU or tanh hidden layers."""
+        cpu_float32 = agent.device.type == "cpu" and agent.precision == "float32"
+        return cpu_float32 and not agent.data_parallel and activation in _ACTIVATIONS
 
     @classmethod
     def of_ensemble(
@@ -158,8 +160,8 @@ class StackedMLP:
             return
         members = self.members
         self._outputs = [like.new_empty(members, rows, layer.weight.shape[2]) for layer in self.layers]
-        # d loss / d (input of layer i), for i >= 1
-        self._grads = [like.new_empty(members, rows, layer.weight.shape[1]) for layer in self.layers]
+        # d loss / d (input of layer i) for i >= 1, at index i - 1
+        self._grads = [like.new_empty(members, rows, layer.weight.shape[1]) for layer in self.layers[1:]]
         self._input = like.new_empty(rows, self.layers[0].weight.shape[1])
         self._rows = rows
 
@@ -211,7 +213,7 @@ class StackedMLP:
                     torch.bmm(layer_input.transpose(1, 2), grad, out=layer.grad_weight)
                 torch.sum(grad, 1, keepdim=True, out=layer.grad_bias)
             if index:
-                grad = torch.bmm(grad, layer.weight.transpose(1, 2), out=self._grads[index])
+                grad = torch.bmm(grad, layer.weight.transpose(1, 2), out=self._grads[index - 1])
                 grad = self._activation_backward(grad, layer_input)
             elif input_columns is not None:
                 weight = layer.weight[:, input_columns]

@@ -56,10 +56,8 @@ class AnalyticSACGradients:
     def build(cls, agent: Any, activation: str) -> AnalyticSACGradients | None:
         """The hand-written gradients of ``agent``, or None where they do not apply: they need float32
         on the CPU without ``DataParallel``, ReLU or tanh hidden layers, and the policy's own networks."""
-        if agent.device.type != "cpu" or agent.precision != "float32" or agent.data_parallel:
-            return None
         found = linear_stack(agent.policy.actor)
-        if not StackedMLP.applies(activation) or found is None or found[1:] != (activation, False):
+        if not StackedMLP.applies(agent, activation) or found is None or found[1:] != (activation, False):
             return None
         return cls(agent, found[0], activation)
 

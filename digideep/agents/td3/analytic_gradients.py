@@ -55,10 +55,8 @@ class AnalyticTD3Gradients:
     def build(cls, agent: Any, activation: str) -> AnalyticTD3Gradients | None:
         """The hand-written gradients of ``agent``, or None where they do not apply: they need float32
         on the CPU without ``DataParallel``, ReLU or tanh hidden layers, and the policy's own networks."""
-        if agent.device.type != "cpu" or agent.precision != "float32" or agent.data_parallel:
-            return None
         actor, actor_target = linear_stack(agent.policy.actor), linear_stack(agent.policy.actor_target)
-        if not StackedMLP.applies(activation) or actor is None or actor_target is None:
+        if not StackedMLP.applies(agent, activation) or actor is None or actor_target is None:
             return None
         if actor[1:] != (activation, True) or actor_target[1:] != (activation, True):
             return None
