@@ -319,7 +319,7 @@ class Stack:
         try:
             self.start_postgres()
             self.start_object_store()
-            self.startexecutable("prefect")
+            self.start_prefect()
             self.start_mlflow()
             self.start_workers()
         except BaseException:
