@@ -38,7 +38,7 @@ def off_policy_args(cpanel: dict) -> dict:
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "seed": cpanel["seed"],
         # added later: parameter files of users' own, written before it, keep working
-        "analytic_gradients": cpanel.get("analytic_gradients", True),
+        "update_mode": cpanel.get("update_mode", "auto"),
     }
 
 
@@ -61,8 +61,7 @@ def ppo_args(cpanel: dict) -> dict:
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
         # knobs added later: parameter files of users' own, written before them, keep working
-        "torch_compile": cpanel.get("torch_compile", False),
-        "analytic_gradients": cpanel.get("analytic_gradients", True),
+        "update_mode": cpanel.get("update_mode", "auto"),
     }
 
 

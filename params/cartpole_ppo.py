@@ -35,8 +35,7 @@ cpanel = {
     "test_win_size": 10,  # test episodes averaged in the logged test return
     "test_episodes": 5,  # episodes per test
     "torch_threads": 1,  # torch.set_num_threads
-    "analytic_gradients": True,  # hand-written gradients: Gaussian MLP policies only; this one trains with autograd
-    "torch_compile": False,  # compile the minibatch loss: 1.2x to 1.3x autograd's frames/s after a 16 s compile
+    "update_mode": "auto",  # how the update runs: auto (per device, logged), eager, compile, cudagraphs (CUDA)
     "device": "auto",  # auto (per agent: off-policy on CUDA, small on-policy MLPs on the CPU), cpu, cuda, cuda:N
 }
 

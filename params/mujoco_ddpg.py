@@ -29,7 +29,7 @@ cpanel = {
     "test_interval": 5,  # epochs between deterministic tests
     "test_win_size": 10,  # test episodes averaged in the logged test return
     "test_episodes": 5,  # episodes per test
-    "analytic_gradients": True,  # hand-written gradients (CPU, float32): faster updates than autograd (README)
+    "update_mode": "auto",  # how the update runs: auto (eager on the CPU, compile on CUDA), eager, compile, cudagraphs
     "torch_threads": 1,  # torch.set_num_threads
     "device": "auto",  # auto (per agent: off-policy on CUDA, small on-policy MLPs on the CPU), cpu, cuda, cuda:N
 }

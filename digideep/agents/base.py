@@ -8,7 +8,7 @@ Explorer calls :meth:`AgentBase.action_generator` every step; the Runner calls
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from digideep.agents.update_modes import UpdateFunction, check_update_mode
 from digideep.agents.utils import ObservationAdapter, Observations
 
 __all__ = ["AgentBase", "PolicyBase"]
@@ -207,6 +208,26 @@ class AgentBase:
     def update(self, batches: Any) -> dict[str, float]:
         """Learn from ``batches``; returns metrics like ``{"losses/qf_loss": 0.3}``."""
         raise NotImplementedError
+
+    # -- how the update runs ------------------------------------------------------------------------
+    def update_function(self, fn: Callable[..., dict[str, torch.Tensor]], update_mode: str) -> UpdateFunction:
+        """``fn``, this agent's update written once, run in ``update_mode``
+        (:mod:`~digideep.agents.update_modes`). ``auto`` resolves through :meth:`auto_update_mode`; the
+        mode that runs is logged with its reason and kept in :attr:`update_mode`.
+
+        Raises:
+            UsageError: a mode that cannot run on this agent's device.
+        """
+        check_update_mode(update_mode, self.device, self.name)
+        mode, why = self.auto_update_mode() if update_mode == "auto" else (update_mode, "as the params ask")
+        self.update_mode = mode
+        log.info("agent '%s': the update runs %s (%s)", self.name, mode, why)
+        return UpdateFunction(fn, mode, f"agent '{self.name}'")
+
+    def auto_update_mode(self) -> tuple[str, str]:
+        """``(mode, why)``: the mode ``update_mode="auto"`` runs on this agent's device, and the
+        measurement behind the choice. Agents override it with their own figures."""
+        return "eager", "no measurement favours another mode for this agent"
 
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:

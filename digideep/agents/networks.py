@@ -142,7 +142,7 @@ def mlp_layers(network: nn.Module) -> tuple[list[nn.Linear], list[type[nn.Module
     """``(linear layers, hidden activation types)`` of a ``Linear, act, ..., Linear`` stack (what
     :func:`mlp` builds without an output activation) whose linear layers all have a bias, or None.
 
-    The PPO fast paths (NumPy acting, the analytic gradients) use it to see whether they apply.
+    PPO's NumPy acting uses it to see whether it applies.
     """
     if not isinstance(network, nn.Sequential):
         return None

@@ -20,6 +20,7 @@ __all__ = [
     "Observations",
     "adam_step",
     "make_adam",
+    "minimize",
     "optimizer_params",
     "overrides",
     "polyak_update",
@@ -167,9 +168,40 @@ def polyak_update(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor]
         torch._foreach_lerp_(list(target), list(online), tau)
 
 
-def make_adam(params: Iterable[Any], lr: float, device: torch.device, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fused implementation (one kernel over all parameters) on CPU and CUDA."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=device.type in ("cpu", "cuda"))
+def make_adam(
+    params: Iterable[Any], lr: float, device: torch.device, eps: float = 1e-8, capturable: bool = False
+) -> torch.optim.Adam:
+    """Adam with the fused implementation (one kernel over all parameters) on CPU and CUDA.
+
+    ``capturable`` keeps the step counts on the device, so that a CUDA graph can capture the step
+    (the ``cudagraphs`` update mode).
+    """
+    fused = device.type in ("cpu", "cuda")
+    optimizer = torch.optim.Adam(params, lr=lr, eps=eps, fused=fused, capturable=capturable)
+    _init_adam_state(optimizer)
+    return optimizer
+
+
+def _init_adam_state(optimizer: torch.optim.Adam) -> None:
+    """The state ``step()`` would create on its first call (zero moments, step count 0), made now, so
+    that every :func:`adam_step` takes one path: a compiled update traces it once, and a CUDA graph
+    captures no allocation. The numbers are those of ``step()``; the step count lives on the
+    parameter's device where Adam keeps it there (fused or capturable)."""
+    for group in optimizer.param_groups:
+        on_device = group["fused"] or group["capturable"]
+        for param in group["params"]:
+            optimizer.state[param] = {
+                "step": torch.zeros((), dtype=torch.float32, device=param.device if on_device else "cpu"),
+                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+            }
+
+
+def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
+    """One optimizer step on ``loss``: its autograd gradients with respect to ``params`` (the optimizer's
+    parameters, in :func:`optimizer_params` order), then :func:`adam_step`. Nothing accumulates in
+    ``.grad`` and nothing needs zeroing."""
+    adam_step(optimizer, torch.autograd.grad(loss, params))
 
 
 def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -> None:
@@ -179,7 +211,7 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
     same numbers as ``step()``, without its per-call Python bookkeeping (about 0.3 ms per call on
     one CPU thread, about 5 % of a SAC gradient step at HalfCheetah sizes). Any other optimizer, or
-    Adam before its first step creates the state, goes through ``step()`` (each ``.grad`` is set for
+    Adam without its state (not made by :func:`make_adam`), goes through ``step()`` (each ``.grad`` is set for
     it and then put back as it was). Optimizer hooks are not called on the fast path.
 
     Args:
@@ -189,8 +221,7 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     """
     state = optimizer.state
     fast = type(optimizer) is torch.optim.Adam and all(
-        not group["amsgrad"] and not group["differentiable"] and not group["capturable"]
-        for group in optimizer.param_groups
+        not group["amsgrad"] and not group["differentiable"] for group in optimizer.param_groups
     )
     if fast and all(p in state for group in optimizer.param_groups for p in group["params"]):
         start = 0
@@ -208,6 +239,7 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
                     [s["step"] for s in states],
                     foreach=group["foreach"],
                     fused=group["fused"],
+                    capturable=group["capturable"],
                     decoupled_weight_decay=group.get("decoupled_weight_decay", False),
                     amsgrad=False,
                     beta1=beta1,

@@ -2,11 +2,8 @@
 
 Shapes: ``B`` transitions, ``E`` critics (2 for twin critics). All tensors float32.
 
-On the CPU in float32, SAC train with the derivatives of these losses written out by
-hand (:mod:`digideep.agents.sac.analytic_gradients`); only the loss values come from here. A change
-to a loss here must be made there too, or trained with ``analytic_gradients=False``:
-``tests/agents/sac/test_analytic_gradients.py`` fails while the two disagree. (A subclass that
-overrides ``_critic_gradients`` or ``_actor_gradients`` gets autograd by itself.)
+These are the one definition of the losses: the agent's ``gradient_step`` trains with their autograd
+gradients in every ``update_mode``, so an edit here is what trains.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ The update reads like CleanRL's ``td3_continuous_action.py`` and SB3's ``TD3.tra
 ``no_grad`` (with smoothed target actions), critic step, and every ``policy_frequency`` gradient steps
 an actor step against the freshly updated first critic (through detached critic weights) followed by
 the Polyak average of both targets. DDPG (:mod:`digideep.agents.ddpg`) is the special case with one
-critic, no delay and no smoothing, as in SB3. Each step's gradients come from
-:meth:`TD3._critic_gradients` and :meth:`TD3._actor_gradients` (autograd) or, by default on the CPU in
-float32, from their hand-written twins (:mod:`.analytic_gradients`).
+critic, no delay and no smoothing, as in SB3. The update is written once, in :meth:`TD3.gradient_step`:
+every loss from :mod:`.losses`, every gradient from autograd, run eagerly, compiled or as a CUDA graph
+by ``update_mode`` (:mod:`digideep.agents.update_modes`). A variant overrides :meth:`TD3.build_policy`
+or :meth:`TD3.gradient_step`.
 
 Defaults follow the paper, SB3 and CleanRL: two critics, ``policy_frequency`` 2, smoothing noise 0.2
 clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1e-3).
@@ -15,7 +16,6 @@ clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -24,9 +24,8 @@ import torch
 from digideep.agents.noise import make_noise
 from digideep.agents.off_policy import OffPolicyAgent, Transitions
 from digideep.agents.td3 import losses
-from digideep.agents.td3.analytic_gradients import AnalyticTD3Gradients
 from digideep.agents.td3.policy import DeterministicPolicy
-from digideep.agents.utils import MetricAccumulator, adam_step, make_adam, overrides, polyak_update
+from digideep.agents.utils import make_adam, minimize, polyak_update
 
 __all__ = ["TD3"]
 
@@ -51,11 +50,7 @@ class TD3(OffPolicyAgent):
         target_policy_noise: std of the target policy smoothing (0.2; 0 disables it).
         target_noise_clip: bound of the smoothing noise.
         activation: hidden activation.
-        analytic_gradients: on the CPU in float32, compute the gradients of both steps by hand
-            (:mod:`.analytic_gradients`: the same losses and gradients as autograd's up to rounding)
-            instead of autograd. Used only for ReLU or tanh networks and while a subclass keeps
-            :meth:`_critic_gradients` and :meth:`_actor_gradients`.
-        **params: :class:`~digideep.agents.off_policy.OffPolicyAgent` arguments.
+        **params: :class:`~digideep.agents.off_policy.OffPolicyAgent` arguments (``update_mode``, ...).
     """
 
     def __init__(
@@ -75,7 +70,6 @@ class TD3(OffPolicyAgent):
         target_policy_noise: float = 0.2,
         target_noise_clip: float = 0.5,
         activation: str = "relu",
-        analytic_gradients: bool = True,
         **params: Any,
     ) -> None:
         super().__init__(name, session, observation_space, action_space, **params)
@@ -83,11 +77,10 @@ class TD3(OffPolicyAgent):
             raise ValueError(
                 f"policy_frequency and num_critics must be >= 1, got {policy_frequency} and {num_critics}"
             )
-        act_dim = self.scaler.dim
-        noise = make_noise(noise_type, act_dim, noise_std, self.device)
-        self.policy = DeterministicPolicy(
-            self.obs.dim, act_dim, self.hidden_sizes, num_critics, activation, noise
-        ).to(self.device)
+        self.noise_type, self.noise_std = noise_type, float(noise_std)
+        self.num_critics = int(num_critics)
+        self.activation = activation
+        self.policy = self.build_policy().to(self.device)
         if self.data_parallel:
             self.policy.parallelize(["actor", "critic", "actor_target", "critic_target"])
         self.policy_frequency = int(policy_frequency)
@@ -95,8 +88,13 @@ class TD3(OffPolicyAgent):
         self.target_noise_clip = float(target_noise_clip)
         actor = self.policy.unwrapped("actor")
         critic = self.policy.unwrapped("critic")
-        self.actor_optimizer = make_adam(actor.parameters(), actor_lr or lr, self.device)
-        self.critic_optimizer = make_adam(critic.parameters(), critic_lr or lr, self.device)
+        capturable = self.requested_update_mode == "cudagraphs"
+        self.actor_optimizer = make_adam(
+            actor.parameters(), actor_lr or lr, self.device, capturable=capturable
+        )
+        self.critic_optimizer = make_adam(
+            critic.parameters(), critic_lr or lr, self.device, capturable=capturable
+        )
         self._target_params = [
             *self.policy.unwrapped("actor_target").parameters(),
             *self.policy.unwrapped("critic_target").parameters(),
@@ -104,10 +102,16 @@ class TD3(OffPolicyAgent):
         self._actor_params = list(actor.parameters())
         self._critic_params = list(critic.parameters())
         self._online_params = [*self._actor_params, *self._critic_params]
-        # the hand-written gradients, where they apply and the autograd ones are not overridden
-        self._analytic = None
-        if analytic_gradients and not overrides(type(self), TD3, "_critic_gradients", "_actor_gradients"):
-            self._analytic = AnalyticTD3Gradients.build(self, activation)
+        self._update = self.update_function(self.gradient_step, self.requested_update_mode)
+
+    def build_policy(self) -> DeterministicPolicy:
+        """The networks: actor, ``num_critics`` critics and target copies of both, with the exploration
+        noise. A hook for variants (return a :class:`~digideep.agents.td3.policy.DeterministicPolicy`
+        subclass); it runs in the constructor after the settings are stored."""
+        noise = make_noise(self.noise_type, self.scaler.dim, self.noise_std, self.device)
+        return DeterministicPolicy(
+            self.obs.dim, self.scaler.dim, self.hidden_sizes, self.num_critics, self.activation, noise
+        )
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(
@@ -118,35 +122,26 @@ class TD3(OffPolicyAgent):
         return out
 
     # -- learning --------------------------------------------------------------------------------
-    def learn(self, data: Transitions) -> dict[str, float]:
-        """One gradient step per minibatch (``data`` leading axis)."""
-        analytic = self._analytic
-        critic_gradients = self._critic_gradients if analytic is None else analytic.critic_gradients
-        actor_gradients = self._actor_gradients if analytic is None else analytic.actor_gradients
-        noise = torch.randn_like(data.actions) if self.target_policy_noise > 0 else None
-        metrics = MetricAccumulator()
-        for i in range(data.actions.shape[0]):
-            batch = Transitions(*(field[i] for field in data))
-            grads, qf_loss, q_mean = critic_gradients(batch, None if noise is None else noise[i])
-            adam_step(self.critic_optimizer, grads)
-            metrics.add(**{"losses/qf_loss": qf_loss, "losses/qf_values": q_mean})
+    def step_noise(self, data: Transitions) -> torch.Tensor | None:
+        """``(N, B, A)`` standard normal draws of the target policy smoothing (None without it)."""
+        return torch.randn_like(data.actions) if self.target_policy_noise > 0 else None
 
-            if self.updates % self.policy_frequency == 0:
-                grads, actor_loss = actor_gradients(batch.observations)
-                adam_step(self.actor_optimizer, grads)
-                polyak_update(self._target_params, self._online_params, self.tau)
-                metrics.add(**{"losses/actor_loss": actor_loss})
-            self.updates += 1
-        return metrics.result()
+    def gradient_step(
+        self, batch: Transitions, noise: torch.Tensor | None, *, actor_step: bool
+    ) -> dict[str, torch.Tensor]:
+        """One TD3 gradient step on one minibatch of ``B`` transitions: the update, written once.
 
-    def _critic_gradients(
-        self, batch: Transitions, noise: torch.Tensor | None
-    ) -> tuple[Sequence[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """The critic step's gradients (autograd) on one minibatch (``B`` rows): ``(gradients of the
-        critics' parameters, critic loss, mean Q)``, the loss values detached. ``noise`` ``(B, A)``
-        smooths the target actions (None: no smoothing)."""
-        policy, next_obs = self.policy, batch.next_observations
+        Args:
+            batch: the minibatch, ``(B, ...)`` tensors.
+            noise: ``(B, A)`` standard normal draws that smooth the target actions (None: no smoothing).
+            actor_step: also step the actor and Polyak-average both targets (the delayed update).
+
+        Returns:
+            Metric tensors (0-d, detached).
+        """
+        policy, obs, next_obs = self.policy, batch.observations, batch.next_observations
         with self.mixed_precision():
+            # target: the target critics at the next state and the (smoothed) target actor's action
             with torch.no_grad():
                 next_actions = policy.actor_target(next_obs)
                 if noise is not None:
@@ -155,15 +150,19 @@ class TD3(OffPolicyAgent):
                     )
                 next_q = policy.q_values(next_obs, next_actions, target=True)
                 target = losses.q_target(batch.rewards, batch.terminals, next_q, self.gamma)
-            q = policy.q_values(batch.observations, batch.actions)
+            q = policy.q_values(obs, batch.actions)
             qf_loss = losses.critic_loss(q, target)
-        return torch.autograd.grad(qf_loss, self._critic_params), qf_loss.detach(), q.detach().mean()
+        minimize(self.critic_optimizer, qf_loss, self._critic_params)
+        metrics = {"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()}
 
-    def _actor_gradients(self, obs: torch.Tensor) -> tuple[Sequence[torch.Tensor], torch.Tensor]:
-        """The actor step's gradients (autograd): ``(gradients of the actor's parameters, actor loss)``."""
-        with self.mixed_precision():
-            actor_loss = losses.actor_loss(self.policy.q1_detached(obs, self.policy.actor(obs)))
-        return torch.autograd.grad(actor_loss, self._actor_params), actor_loss.detach()
+        if actor_step:
+            # deterministic policy gradient through the first critic (weights detached), then targets
+            with self.mixed_precision():
+                actor_loss = losses.actor_loss(policy.q1_detached(obs, policy.actor(obs)))
+            minimize(self.actor_optimizer, actor_loss, self._actor_params)
+            polyak_update(self._target_params, self._online_params, self.tau)
+            metrics["losses/actor_loss"] = actor_loss.detach()
+        return metrics
 
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:
