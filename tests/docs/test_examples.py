@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory, check_nan, drop_final_prestep, inspect_shapes
@@ -13,9 +14,11 @@ from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import profiler
-from docs.examples import cartpole_reinforce, inspect_chunk, samplers
+from docs.examples import cartpole_reinforce, inspect_chunk, pendulum_redq, samplers
+from docs.examples.redq import REDQ
 from docs.examples.reinforce import Reinforce, discounted_returns
-from tests.helpers import assert_same_tensors
+from tests.helpers import assert_same_tensors, assert_same_training
+from tests.pipeline.test_resume import final_state, kill_after_checkpoint, resume_command, run, train_command
 
 nan = np.nan
 
@@ -159,3 +162,58 @@ def test_inspect_chunk_example_shapes():
     }
     ended = chunk["/terminals"][:, :-1, 0] + chunk["/truncations"][:, :-1, 0]
     np.testing.assert_array_equal(chunk["/masks"][:, 1:, 0], 1.0 - ended)  # masks mark episode starts
+
+
+# The guide's off-policy example: a REDQ-style SAC written outside the library (docs/examples/redq.py)
+REDQ_SMALL = {
+    "number_epochs": 4,
+    "epoch_size": 2,
+    "n_steps": 25,
+    "learning_starts": 25,
+    "batch_size": 32,
+    "hidden_sizes": [16, 16],
+    "num_critics": 4,
+    "save_interval": 1,
+    "test_interval": 2,
+    "test_episodes": 1,
+    "buffer_size": 70,
+}
+UPDATE_MODES = ["eager", pytest.param("compile", marks=pytest.mark.compile)]
+if torch.cuda.is_available():
+    UPDATE_MODES.append("cudagraphs")
+
+
+@pytest.mark.parametrize("mode", UPDATE_MODES)
+def test_the_redq_example_trains_in_every_update_mode(tmp_path, mode):
+    params = pendulum_redq.gen_params(
+        apply_cpanel(pendulum_redq.cpanel, {**REDQ_SMALL, "update_mode": mode, "number_epochs": 1})
+    )
+    params["tracking"] = {"enabled": False}
+    session = Session(root=tmp_path, name="redq", device="cuda" if mode == "cudagraphs" else "cpu")
+    runner = Runner(session, params)
+    try:
+        agent = runner.agents["agent"]
+        assert isinstance(agent, REDQ) and agent.update_mode == mode
+        assert len(agent.policy.critic.layer_params()[0][0]) == 4  # num_critics reached SAC's ensemble
+        losses = []
+        for _ in range(3):  # the stages of three iterations; learning starts in the first
+            runner.explore()
+            runner.store()
+            runner.sample()
+            losses.append(runner.update()["/agents/agent/losses/qf_loss"])
+    finally:
+        runner.close()
+        session.close()
+    assert all(np.isfinite(losses)) and agent.updates == 3 * 25
+
+
+def test_the_redq_example_resumes_after_a_kill_bit_for_bit(tmp_path, run_env):
+    params = "docs/examples/pendulum_redq.py"
+    run(train_command(tmp_path, "straight", params, REDQ_SMALL), run_env)
+    interrupted = train_command(tmp_path, "killed", params, REDQ_SMALL)
+    kill_after_checkpoint(interrupted, run_env, tmp_path / "killed" / "checkpoints", count=2)
+    assert not (tmp_path / "killed" / "done.json").exists(), "the run finished before it could be killed"
+    run(resume_command(tmp_path, "killed"), run_env)
+    straight, _ = final_state(tmp_path, "straight")
+    killed, _ = final_state(tmp_path, "killed")
+    assert_same_training(straight, killed)

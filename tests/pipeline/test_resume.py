@@ -122,6 +122,13 @@ def final_state(root: Path, name: str) -> tuple[dict, dict]:
     ("params", "cpanel"),
     [
         pytest.param("params.pendulum_sac", SMALL_SAC, id="Pendulum-v1"),
+        # compiled kernels differ from eager ones, so a compiled run resumes against a compiled run
+        pytest.param(
+            "params.pendulum_sac",
+            {**SMALL_SAC, "update_mode": "compile"},
+            id="Pendulum-v1 compiled",
+            marks=pytest.mark.compile,
+        ),
         # slow: Pendulum covers the same code, and test_s3_resume.py runs HalfCheetah on S3 (also slow)
         pytest.param("params.mujoco_sac", HALFCHEETAH, id="HalfCheetah-v5", marks=pytest.mark.slow),
     ],

@@ -1,0 +1,62 @@
+"""update_mode: what each mode accepts, what ``auto`` picks and says, and CUDA graphs where CUDA is."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from digideep.agents.sac import SAC
+from digideep.agents.td3 import TD3
+from digideep.errors import UsageError
+from tests.agents.test_losses_train_as_written import ACTIONS, OBSERVATIONS, SESSION, agent, minibatch
+
+
+def test_auto_runs_eager_on_the_cpu_and_says_why(caplog):
+    with caplog.at_level(logging.INFO, logger="digideep.agents.base"):
+        learner = agent(SAC, "auto")
+    assert learner.update_mode == "eager"
+    assert "the update runs eager (CPU: the compiled step measured 0.49x of eager" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("fast", "update_mode 'fast' is not one of eager, compile, cudagraphs, auto"),
+        ("cudagraphs", "update_mode 'cudagraphs' needs a CUDA device and this agent runs on cpu"),
+    ],
+)
+def test_a_mode_that_cannot_run_is_refused_in_one_line(mode, message):
+    with pytest.raises(UsageError, match=message) as error:
+        agent(TD3, mode)
+    assert "\n" not in str(error.value)
+
+
+def test_compile_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no g++ or clang++ on it
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(UsageError, match="needs a C\\+\\+ compiler on the CPU .* or use update_mode 'eager'"):
+        agent(SAC, "compile")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("cls", [SAC, TD3])
+def test_cuda_graphs_replay_the_eager_update(cls):
+    """The captured step is the eager step: the same metrics and weights over warm-up, capture and
+    replays (both TD3 variants, with and without the delayed actor step)."""
+    session = type(SESSION)(device=torch.device("cuda"), videos_path=None)
+    made = {}
+    for mode in ("eager", "cudagraphs"):
+        torch.manual_seed(0)
+        made[mode] = cls("agent", session, OBSERVATIONS, ACTIONS, hidden_sizes=(16, 16), update_mode=mode)
+    data = minibatch(steps=12)
+    data = type(data)(*(field.cuda() for field in data))
+    for mode, learner in made.items():
+        torch.manual_seed(3)
+        made[mode] = (learner, learner.learn(data))
+    (eager, expected), (graphed, got) = made["eager"], made["cudagraphs"]
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    for ours, theirs in zip(graphed.policy.parameters(), eager.policy.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
