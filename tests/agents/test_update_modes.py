@@ -36,7 +36,7 @@ def test_a_mode_that_cannot_run_is_refused_in_one_line(mode, message):
 def test_compile_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ or clang++ on it
     monkeypatch.delenv("CXX", raising=False)
-    with pytest.raises(UsageError, match="needs a C\\+\\+ compiler on the CPU .* or use update_mode 'eager'"):
+    with pytest.raises(UsageError, match=r"needs a C\+\+ compiler on the CPU .* or use update_mode 'eager'"):
         agent(SAC, "compile")
 
 
