@@ -1,11 +1,12 @@
-"""A module's parameters as views of one flat buffer, and their gradients as views of another.
+"""A module's parameters as views of one flat buffer.
 
 Why: PPO's networks are small (64x64), so a minibatch step is bound by per-call overhead, not
 arithmetic. With the parameters in one tensor, Adam updates one tensor and gradient clipping takes
-one norm, instead of a Python loop and a kernel per parameter in each (measured here: 100 us to
-50 us per minibatch for each of the two). The modules keep their own named parameters, so state
+one norm (of autograd's gradients concatenated), instead of a Python loop and a kernel per parameter
+in each (measured here: 100 us to 50 us per minibatch for each of the two). The modules keep their own named parameters, so state
 dicts, checkpoints and everything reading ``policy.actor`` are unchanged; only the optimizer sees the
-flat tensor (:func:`merge_optimizer_state` reads optimizer states saved per parameter).
+flat tensor (:func:`merge_optimizer_state` reads optimizer states saved per parameter;
+:func:`initialize_adam` creates the state before the first step).
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["FlatParameters", "merge_optimizer_state"]
+__all__ = ["FlatParameters", "initialize_adam", "merge_optimizer_state"]
 
 
 class FlatParameters:
     """Re-seats every trainable parameter of ``module`` into one buffer (values kept).
 
-    Gradients accumulate in place into ``param.grad`` (autograd adds into an existing gradient), so
-    zero them with :meth:`zero_grad`, never with ``set_to_none``.
-
     Args:
         module: the network; its trainable parameters must share one dtype and device.
 
     Attributes:
-        param: the flat ``(N,)`` parameter the optimizer steps; ``param.grad`` the flat gradient.
+        param: the flat ``(N,)`` parameter the optimizer steps, with the gradients of :attr:`params`
+            concatenated in their order.
         params: the module's parameters, in ``module.parameters()`` order.
     """
 
@@ -40,25 +39,13 @@ class FlatParameters:
             raise ValueError("FlatParameters needs parameters of one dtype and device")
         total = sum(p.numel() for p in self.params)
         self.param = nn.Parameter(torch.empty(total, dtype=first.dtype, device=first.device))
-        self.param.grad = torch.zeros_like(self.param)
-        self._views: list[tuple[nn.Parameter, torch.Tensor]] = []
         offset = 0
         with torch.no_grad():
             for p in self.params:
                 value = self.param[offset : offset + p.numel()].view_as(p)
                 value.copy_(p)
                 p.data = value
-                grad = self.param.grad[offset : offset + p.numel()].view_as(p)
-                p.grad = grad
-                self._views.append((p, grad))
                 offset += p.numel()
-
-    def zero_grad(self) -> None:
-        """Zero the flat gradient (and re-seat a parameter's gradient if something set it to None)."""
-        self.param.grad.zero_()
-        for p, grad in self._views:
-            if p.grad is not grad:
-                p.grad = grad
 
 
 def merge_optimizer_state(state: Mapping[str, Any], params: list[torch.Tensor]) -> dict[str, Any]:
@@ -97,3 +84,20 @@ def merge_optimizer_state(state: Mapping[str, Any], params: list[torch.Tensor]) 
                 ]
             )
     return {"state": {0: merged} if merged else {}, "param_groups": [{**groups[0], "params": [0]}]}
+
+
+def initialize_adam(optimizer: torch.optim.Adam) -> None:
+    """Create the state that Adam's first ``step()`` would (zero moments, step count 0) where it is
+    missing, so that every step, the first included, takes :func:`~digideep.agents.utils.adam_step`'s
+    one path and a compiled update does not recompile at its second call. The same numbers as the
+    state ``step()`` creates lazily (the step count is float32, on the device where Adam is fused or
+    capturable)."""
+    for group in optimizer.param_groups:
+        on_device = group["fused"] or group["capturable"]
+        for param in group["params"]:
+            if not optimizer.state[param]:
+                optimizer.state[param] = {
+                    "step": torch.zeros((), dtype=torch.float32, device=param.device if on_device else "cpu"),
+                    "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+                }

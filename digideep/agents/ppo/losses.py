@@ -3,10 +3,11 @@
 Follows CleanRL's ``ppo_continuous_action.py`` (clipped surrogate, optionally clipped value loss with
 the 0.5 factor, entropy bonus) and the "37 implementation details of PPO".
 
-On the CPU, PPO trains feed-forward Gaussian MLP policies with the gradients of these losses written
-out by hand (:mod:`digideep.agents.ppo.analytic_gradients`). A change to a loss here must be made there
-too, or trained with ``analytic_gradients=False``: ``tests/agents/ppo/test_analytic_gradients.py``
-fails while the two disagree. (A subclass that overrides ``PPO._loss`` gets autograd by itself.)
+These functions are the one source of PPO's training: :meth:`PPO.minibatch_step
+<digideep.agents.ppo.agent.PPO.minibatch_step>` looks them up here at every step and takes their
+gradients by autograd, in every update mode (eager, ``torch.compile``, CUDA graphs). An edit to a loss
+here trains as written (``tests/agents/ppo/test_loss_edits.py`` checks it). Compiled code and CUDA graphs
+read the clip range as a 0-d tensor, so a loss should take it as ``float | torch.Tensor``.
 """
 
 from __future__ import annotations

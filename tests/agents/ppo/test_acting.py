@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from torch.distributions import Normal
 
 from digideep.agents.base import AgentBase
 from digideep.agents.ppo import PPO
+from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory
@@ -20,10 +23,11 @@ ENV = {"model_name": "Pendulum-v1"}
 
 
 def trained_agent(**args) -> tuple[PPO, dict]:
-    """A PPO agent after one update on a real Pendulum chunk, and that chunk."""
+    """A PPO agent after one eager update on a real Pendulum chunk, and that chunk."""
     torch.manual_seed(0)
     observation_space, action_space = MakeEnvironment(**ENV).spaces()
-    agent = PPO("agent", SESSION, observation_space, action_space["agent"], batch_size=16, n_epochs=2, **args)
+    args = {"batch_size": 16, "n_epochs": 2, "update_mode": "eager", **args}
+    agent = PPO("agent", SESSION, observation_space, action_space["agent"], **args)
     explorer = Explorer(SESSION, {"agent": agent}, "train", ENV, 2, 32, seed=0)
     memory = RolloutMemory(2)
     try:
@@ -70,6 +74,43 @@ def test_numpy_acting_matches_the_torch_policy_after_updates() -> None:
     np.testing.assert_allclose(moved["artifacts"]["values"], fast["artifacts"]["values"] + 1.0, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("args", "action_space", "applies"),
+    [
+        ({}, None, True),
+        ({"activation": "relu", "hidden_sizes": (8, 4, 2)}, None, True),
+        ({"hidden_sizes": ()}, None, True),
+        ({"activation": "elu"}, None, False),
+        ({"recurrent": True, "recurrent_size": 8}, None, False),
+        ({}, gym.spaces.Discrete(3), False),
+    ],
+    ids=["tanh", "relu 3 layers", "linear", "elu", "gru", "discrete"],
+)
+def test_numpy_acting_runs_what_it_can_and_refuses_the_rest(args, action_space, applies) -> None:
+    """NumPy acts for a feed-forward Gaussian policy of tanh or ReLU MLPs; anything else acts in torch."""
+    observations = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    actions = action_space or gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    agent = PPO("agent", SESSION, observations, actions, update_mode="eager", **args)
+    assert (agent._numpy_acting is not None) is applies
+    if applies:  # and it acts as the torch policy does
+        x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+        hidden, masks = agent.initial_hidden_state(4), np.ones((4, 1), np.float32)
+        fast = agent.action_generator(x, hidden, masks, deterministic=True)
+        reference = torch_outputs(agent, x, deterministic=True)
+        np.testing.assert_allclose(fast["actions"], reference["actions"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_edited_network_acts_in_torch() -> None:
+    """A network that is no longer a plain ``Linear, act, ..., Linear`` stack is refused by NumPy acting."""
+    torch.manual_seed(0)
+    observations = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    agent = PPO(
+        "agent", SESSION, observations, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), update_mode="eager"
+    )
+    agent.policy.actor.append(torch.nn.Tanh())  # a squashed mean
+    assert NumpyGaussianActing.build(agent.policy, [agent.flat.param], agent.acting_rng) is None
+
+
 def test_the_flat_buffer_trains_the_modules_parameters() -> None:
     agent, _ = trained_agent()
     for p in agent.policy.parameters():
@@ -83,7 +124,15 @@ def test_the_flat_buffer_trains_the_modules_parameters() -> None:
 def test_state_round_trip_continues_the_same_stochastic_actions() -> None:
     agent, batch = trained_agent()
     state = agent.state_dict()
-    twin = PPO("agent", SESSION, agent.observation_space, agent.action_space, batch_size=16, n_epochs=2)
+    twin = PPO(
+        "agent",
+        SESSION,
+        agent.observation_space,
+        agent.action_space,
+        batch_size=16,
+        n_epochs=2,
+        update_mode="eager",
+    )
     twin.load_state_dict(state)
     observations = np.zeros((2, 3), np.float32)
     hidden, masks = agent.initial_hidden_state(2), np.ones((2, 1), np.float32)
@@ -115,7 +164,15 @@ def test_a_checkpoint_with_the_per_parameter_optimizer_still_loads() -> None:
         "counters": {"updates": 7, "iterations": 1},
     }
 
-    restored = PPO("agent", SESSION, agent.observation_space, agent.action_space, batch_size=16, n_epochs=2)
+    restored = PPO(
+        "agent",
+        SESSION,
+        agent.observation_space,
+        agent.action_space,
+        batch_size=16,
+        n_epochs=2,
+        update_mode="eager",
+    )
     restored.load_state_dict(old_state)
     assert restored.updates == 7
     moments = restored.optimizer.state[restored.flat.param]
