@@ -1,4 +1,15 @@
-"""Global random generators: seeding, and their states for checkpoints."""
+"""The random generators a run owns: seeding, and their states for checkpoints.
+
+A checkpoint holds the generators that digideep's own code draws from, so that a resumed run draws
+what an uninterrupted one draws: numpy's and torch's global generators (explorers and agents draw
+from them; samplers and noise processes keep their own, saved with them) and :data:`run_random`, a
+``random.Random`` of the run's own for user code that wants Python's ``random`` API.
+
+Python's global ``random`` is seeded at the start but not checkpointed: libraries in the same
+process draw from it at moments that depend on timing (Prefect's and urllib3's retry jitter, for
+one), so its state at a checkpoint differs from run to run and restoring it would promise what it
+cannot keep. Code that must resume exactly draws from :data:`run_random` instead.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +19,24 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["rng_state", "seed_everything", "set_rng_state"]
+__all__ = ["rng_state", "run_random", "seed_everything", "set_rng_state"]
+
+run_random = random.Random(0)
+"""The run's own ``random.Random``: seeded with the run's seed and checkpointed (user code's stream)."""
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python's, numpy's and torch's global generators."""
+    """Seed the run's generators (:data:`run_random`, numpy's, torch's) and Python's global one."""
     random.seed(seed)
+    run_random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
 def rng_state() -> dict[str, Any]:
-    """Every global RNG state (Python, numpy, torch CPU and CUDA)."""
+    """The state of every generator a run owns (see the module docstring)."""
     state: dict[str, Any] = {
-        "python": random.getstate(),
+        "run_random": run_random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
@@ -32,9 +47,17 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
+    """Restore :func:`rng_state`. Checkpoints written before :data:`run_random` (which saved Python's
+    global generator as ``"python"``) restore that state into :data:`run_random`."""
+    run_random.setstate(_as_random_state(state.get("run_random", state.get("python"))))
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
     if "torch_cuda" in state and torch.cuda.is_available():
         saved = state["torch_cuda"][: torch.cuda.device_count()]  # resumed on fewer GPUs: those there are
         torch.cuda.set_rng_state_all([s.cpu() for s in saved])
+
+
+def _as_random_state(saved: Any) -> tuple:
+    """``random.getstate()``'s tuple from a checkpoint (which may hold lists where tuples were)."""
+    version, internal, gauss_next = saved
+    return int(version), tuple(int(x) for x in internal), gauss_next
