@@ -6,19 +6,18 @@
   batch 256), replay memories of 100,000 random transitions. digideep times
   ``agent.update(agent.sample(memory))`` with ``updates_per_iteration = grad_steps`` (sampling
   included); SB3 times ``model.train(gradient_steps=grad_steps, batch_size=256)`` (its own sampling
-  included). Both in float32; digideep's default steps with hand-written gradients
-  (``agents/analytic_mlp.py``), and it also runs with ``analytic_gradients=False`` (autograd, the
-  reference) and with ``precision="bfloat16"`` (autograd under autocast).
+  included). Both in float32; digideep runs its one update function (autograd) with
+  ``update_mode="eager"`` and ``"compile"`` (the compiled run's first timing, which compiles, is
+  printed apart), and eager with ``precision="bfloat16"`` (autocast).
 - PPO on HalfCheetah-v5 (1 env, n_steps 2048, 10 epochs, minibatch 64, 64x64 tanh networks):
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
-  PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. With a second thread count
-  digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames); the raw
-  env step rate (random actions, no agent) and the same Explorer with a random agent are measured
-  beside the Explorer with PPO, so that the acting cost and the Explorer's own cost show apart.
-  digideep's default steps the MLP policy with hand-written gradients (``agents/ppo/analytic_gradients.py``);
-  it also runs with ``analytic_gradients=False`` (autograd, the reference) and with ``torch_compile=True``
-  (autograd on the compiled minibatch loss); the compiled run's first update, which compiles, is
-  timed apart and printed beside the rates.
+  PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. digideep runs its one
+  minibatch step (autograd) with ``update_mode="eager"`` and ``"compile"``; the compiled run's first
+  iterations, which compile, are timed apart and printed beside the rates. With a second thread count
+  digideep also runs 2 workers in async vector envs (n_steps 1024 each, the same 2048 frames,
+  ``update_mode="auto"``); the raw env step rate (random actions, no agent) and the same Explorer with
+  a random agent are measured beside the Explorer with PPO, so that the acting cost and the Explorer's
+  own cost show apart.
 - ``--threads 1 2``: every digideep and SB3 figure at each torch thread count, all interleaved; ratios
   against SB3 at the first count.
 
@@ -210,17 +209,19 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
     for cls in (SAC, TD3):
         runs = {}
         for threads in args.threads:
-            runs[f"digideep float32 {threads}t"] = (
+            runs[f"digideep eager {threads}t"] = (
                 threads,
-                digideep_off_policy(cls, data, args.grad_steps, folder),
+                digideep_off_policy(cls, data, args.grad_steps, folder, update_mode="eager"),
             )
-        runs[f"digideep autograd {first}t"] = (
-            first,
-            digideep_off_policy(cls, data, args.grad_steps, folder, analytic_gradients=False),
-        )
+        compiled = digideep_off_policy(cls, data, args.grad_steps, folder, update_mode="compile")
+        torch.set_num_threads(first)
+        first_timing = timed(compiled)  # the first update compiles
+        runs[f"digideep compile {first}t"] = (first, compiled)
         runs[f"digideep bfloat16 {first}t"] = (
             first,
-            digideep_off_policy(cls, data, args.grad_steps, folder, precision="bfloat16"),
+            digideep_off_policy(
+                cls, data, args.grad_steps, folder, update_mode="eager", precision="bfloat16"
+            ),
         )
         if sb3 is not None:
             for threads in args.threads:
@@ -234,6 +235,10 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
         report(f"{cls.__name__} gradient steps/s", rates, f"sb3 float32 {first}t", floor)
         print(
             f"  roofline: {gflop:.2f} GFLOP of matmuls per step, {floor:.0f} steps/s at torch.mm speed ({first}t)"
+        )
+        print(
+            f"  (compile: the first {args.grad_steps} steps, compiling included, took {first_timing:.1f} s; "
+            f"{args.grad_steps / rates[f'digideep compile {first}t']:.2f} s once compiled)"
         )
 
 
@@ -290,21 +295,18 @@ def raw_env(steps: int) -> Any:
 def bench_ppo(args: argparse.Namespace) -> None:
     n_steps, iterations, first = 2048, args.ppo_iterations, args.threads[0]
     frames = n_steps * iterations
-    run, act_only, explorer = digideep_ppo(1, iterations, "sync")
+    run, act_only, explorer = digideep_ppo(1, iterations, "sync", update_mode="eager")
     explorers = [explorer]
-    runs: dict[str, tuple[int, Any]] = {f"digideep 1w {first}t": (first, run)}
-    autograd, _, autograd_explorer = digideep_ppo(1, iterations, "sync", analytic_gradients=False)
-    explorers.append(autograd_explorer)
-    runs[f"digideep autograd {first}t"] = (first, autograd)
-    compiled, _, compiled_explorer = digideep_ppo(1, iterations, "sync", torch_compile=True)
+    runs: dict[str, tuple[int, Any]] = {f"digideep eager {first}t": (first, run)}
+    compiled, _, compiled_explorer = digideep_ppo(1, iterations, "sync", update_mode="compile")
     explorers.append(compiled_explorer)
     torch.set_num_threads(first)
     first_timing = timed(compiled)  # the first update compiles
-    runs[f"digideep compiled {first}t"] = (first, compiled)
+    runs[f"digideep compile {first}t"] = (first, compiled)
     for threads in args.threads[1:]:
-        run2, _, explorer2 = digideep_ppo(2, iterations, "async")
+        run2, _, explorer2 = digideep_ppo(2, iterations, "async", update_mode="auto")
         explorers.append(explorer2)
-        runs[f"digideep 2w async {threads}t"] = (threads, run2)
+        runs[f"digideep 2w async auto {threads}t"] = (threads, run2)
     if sb3 is not None:
         for threads in args.threads:
             model = sb3.PPO(
@@ -322,9 +324,10 @@ def bench_ppo(args: argparse.Namespace) -> None:
             )
     rates = interleaved(runs, args.repeats, frames)
     report("PPO frames/s incl. updates", rates, f"sb3 {first}t")
+    eager, compile_rate = rates[f"digideep eager {first}t"], rates[f"digideep compile {first}t"]
     print(
-        f"  (torch_compile: the first {frames} frames, compiling included, took {first_timing:.1f} s; "
-        f"{frames / rates[f'digideep compiled {first}t']:.1f} s once compiled)"
+        f"  compile / eager: {compile_rate / eager:.2f}x frames/s ({first}t); the first {frames} frames, "
+        f"compiling included, took {first_timing:.1f} s, {frames / compile_rate:.1f} s once compiled"
     )
     torch.set_num_threads(first)
     random_explorer = random_agent_explorer(n_steps)
@@ -368,7 +371,7 @@ def report(title: str, rates: dict[str, float], baseline: str, floor: float | No
     for key, rate in rates.items():
         ratio = f"  {rate / base:5.2f}x {baseline}" if base and key != baseline else ""
         share = f"  {rate / floor:4.0%} of roofline" if floor else ""
-        print(f"  {key:<20} {rate:9.1f}{ratio}{share}")
+        print(f"  {key:<26} {rate:9.1f}{ratio}{share}")
 
 
 def main() -> None:
