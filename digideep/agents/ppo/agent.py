@@ -75,8 +75,9 @@ class PPO(AgentBase):
         update_mode: how :meth:`minibatch_step` runs (:mod:`~digideep.agents.update_modes`):
             ``eager``, ``compile``, ``cudagraphs`` (CUDA only) or ``auto`` (:meth:`auto_update_mode`
             says what it picks and the measurement behind it). ``compile`` specializes on the minibatch
-            shape: its first update compiles (about 14 s at HalfCheetah sizes on one CPU thread, 4 s
-            from inductor's on-disk cache), and a trailing minibatch of another size compiles once more.
+            shape: its first update compiles (15 s to 45 s at HalfCheetah sizes on one CPU thread, as
+            loaded as the CPU is; 4 s from inductor's on-disk cache), and a trailing minibatch of another
+            size compiles once more.
 
     The encoder follows the observation space: an image (``(C, H, W)``, e.g. Atari's stacked frames)
     gets a Nature CNN shared by actor and critic; a Dict of vectors is concatenated into the MLPs; a
@@ -375,10 +376,11 @@ class PPO(AgentBase):
           faster);
         - a CNN policy (image observations), or heads in DataParallel: eager (not measured faster);
         - CUDA: compile (inductor fuses the step's many small kernels; not yet measured by digideep);
-        - the CPU with a C++ compiler: compile, measured at 1.22x and 1.26x eager's frames/s (updates
-          included) at HalfCheetah sizes on one thread in two runs of ``bench/bench_agents.py --only ppo``
-          (an AVX-512 CPU), after a first update that compiles for about 14 s (4 s from inductor's
-          on-disk cache); without one, eager;
+        - the CPU with a C++ compiler: compile, measured at 1.40x eager's frames/s (updates included)
+          at HalfCheetah sizes on one thread in two runs of ``bench/bench_agents.py --only ppo`` (an
+          AVX-512 CPU, 2 cores; eager 2.2x to 2.3x SB3's frames/s, compile 3.1x to 3.2x), after a first
+          update that compiles for 15 s to 45 s (as loaded as the CPU is; 4 s from inductor's on-disk
+          cache); without a compiler, eager;
         - anything else: eager.
         """
         if self.policy.recurrent:
@@ -394,8 +396,8 @@ class PPO(AgentBase):
         if compiler_missing():
             return "eager", "compile would need a C++ compiler (set $CXX, or install g++ or clang++)"
         return "compile", (
-            "compile measured 1.22x to 1.26x eager frames/s at HalfCheetah sizes on one CPU thread "
-            "(bench_agents.py); its first update compiles for about 14 s"
+            "compile measured 1.40x eager frames/s at HalfCheetah sizes on one CPU thread "
+            "(bench_agents.py); its first update compiles for 15 s to 45 s"
         )
 
     def _epoch_end(self, log_ratios: list[torch.Tensor], clip: float, metrics: MetricAccumulator) -> bool:
