@@ -420,8 +420,9 @@ def _build_main_parser() -> argparse.ArgumentParser:
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     _setup_logging(args.log_level)
     # the user's own code in the current folder imports, as under `python -m`: their params/ and the
-    # agent classes their params name (a resumed run imports them again). digideep's flows and
-    # shipped params are installed packages and import from any folder.
+    # agent classes their params name. Resume and play also put back the folders the session
+    # recorded (digideep.utility.user_code), so they import that code from any folder. digideep's
+    # flows and shipped params are installed packages and import from any folder.
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:

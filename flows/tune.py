@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from digideep.errors import UsageError
 from digideep.pipeline.params import apply_cpanel, load_params_module
+from digideep.tracking.naming import data_root_of
 from digideep.tracking.trials import PRUNED_ATTR, make_pruner, make_sampler, open_storage
 
 FAILED_STATES = {"FAILED", "CRASHED"}
@@ -127,7 +128,7 @@ def tune(
         direction="maximize",
         load_if_exists=True,
     )
-    data_root = Path(session_path).resolve().parent
+    data_root = data_root_of(session_path)  # the trials' store: the one their sessions' tracker uses
     if study.trials:  # a continued study: draw new values, not the first run's sequence again
         study.sampler = make_sampler(sampler, seed + len(study.trials), sampler_args)
     parent = _parent_run(study, module.__name__, base_cpanel or {}, run_id, data_root)

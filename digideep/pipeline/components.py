@@ -16,6 +16,7 @@ from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
 from digideep.pipeline.session import Session
 from digideep.utility.imports import import_object
+from digideep.utility.user_code import FIX
 
 __all__ = ["Built", "build", "check_classes", "copy_normalizers", "load_normalizers", "restore_memory"]
 
@@ -100,8 +101,9 @@ def check_classes(info: dict[str, Any], path: Path) -> None:
         try:
             import_object(dotted)
         except ImportError as error:
+            fix = "" if dotted.startswith("digideep.") else f"; {FIX}"  # a user's own class
             raise UsageError(
-                f"checkpoint file '{path / 'runner.json'}' names {what} class '{dotted}', which cannot be imported ({error})"
+                f"checkpoint file '{path / 'runner.json'}' names {what} class '{dotted}', which cannot be imported ({error}){fix}"
             ) from None
 
 

@@ -46,11 +46,13 @@ class ResolvedParams:
         module: the module name, e.g. ``params.pendulum_sac``.
         cpanel: the full cpanel after overrides.
         params: the params tree that ``gen_params(cpanel)`` returned.
+        file: the parameter file's path (None for a module without a file).
     """
 
     module: str
     cpanel: dict[str, Any]
     params: dict[str, Any]
+    file: str | None = None
 
     @property
     def short_name(self) -> str:
@@ -238,7 +240,9 @@ def resolve_params(
             f"gen_params() of '{module.__name__}' returned {type(params).__name__}, expected dict"
         )
     _check_session_device(module.__name__, params)
-    return ResolvedParams(module=module.__name__, cpanel=cpanel, params=params)
+    return ResolvedParams(
+        module=module.__name__, cpanel=cpanel, params=params, file=getattr(module, "__file__", None)
+    )
 
 
 def _check_session_device(module: str, params: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from digideep.pipeline.checkpoint import read_runner_info
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.utility.location import Location, location_of
+from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["play"]
 
@@ -28,7 +29,8 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     """Run the eval explorer of ``checkpoint`` for ``episodes`` episodes; return their returns.
 
     Raises:
-        UsageError: the checkpoint is missing, damaged or not inside a session folder.
+        UsageError: the checkpoint is missing, damaged or not inside a session folder, or a class it
+            names does not import from the folders recorded with it.
     """
     path = location_of(checkpoint)  # a local folder or a URL (a session on object storage)
     info = read_runner_info(path)
@@ -46,6 +48,8 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     )
     eval_params["render"] = video
     params["explorer"] = {"eval": eval_params}
+    # the run's own code imports from the folders it was recorded in, before anything opens
+    use_code_folders(info.get(IMPORT_PATHS), params, f"session '{root}/{session_name}'")
     session = Session(root=root, name=session_name, resume=True, lock=False)
     before = set(session.videos_path.glob("*.mp4"))
     runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)

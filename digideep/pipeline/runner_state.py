@@ -32,6 +32,7 @@ from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.rng import rng_state, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
+from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["RunnerStateMixin", "resume_checkpoint"]
 
@@ -106,11 +107,13 @@ class RunnerStateMixin:
 
     def runner_info(self) -> dict[str, Any]:
         """What ``runner.json`` holds besides the versions: params, counters, classes."""
+        info = self.session.info()
         return {
             "params": self.params,
-            "params_module": self.session.info().get("params_module"),
+            "params_module": info.get("params_module"),
             "counters": asdict(self.counters),
             "classes": self.built.class_paths(),
+            IMPORT_PATHS: info.get(IMPORT_PATHS, {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -158,11 +161,16 @@ class RunnerStateMixin:
         moves its networks and optimizers to the agent's device, so a checkpoint written on a GPU
         resumes and plays on the CPU and the reverse.
 
+        The folders of the run's own code (``import_paths``) go on ``sys.path`` first, so that a
+        user's agent class imports whatever the current folder is.
+
         Raises:
             UsageError: a checkpoint file is missing, damaged, of another version, or names a class
-                that does not exist.
+                that does not exist or does not import (one line naming its recorded folder).
         """
         info, states = load_checkpoint(path)
+        folders = info.get(IMPORT_PATHS) or session.info().get(IMPORT_PATHS)  # older runner.json: none
+        use_code_folders(folders, params or info["params"], f"session '{session.url}'")
         components.check_classes(info, path)
         runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
         if "train" in modes:

@@ -4,7 +4,8 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
 
     cpanel.json        the cpanel after overrides
     params.json        the resolved params tree
-    session.json       params module, creation time, digideep version, tracking ids
+    session.json       params module, creation time, digideep version, tracking ids, and the
+                       folders of the run's own code (``import_paths``, :mod:`digideep.utility.user_code`)
     log.txt            a copy of the console log
     checkpoints/       checkpoint-<iteration>/{runner.json, states.pt, commit.json}
     metrics.jsonl      the metrics journal (:mod:`digideep.tracking.journal`)
@@ -240,14 +241,27 @@ class Session:
         return (self.location / "memory" / f"{name}.zarr").url
 
     # -- metadata ------------------------------------------------------------------------------
-    def write_params(self, module: str, cpanel: dict[str, Any], params: dict[str, Any]) -> None:
-        """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically)."""
+    def write_params(
+        self,
+        module: str,
+        cpanel: dict[str, Any],
+        params: dict[str, Any],
+        import_paths: dict[str, str] | None = None,
+    ) -> None:
+        """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically).
+
+        ``import_paths`` (``{top-level module: folder}``, see :mod:`digideep.utility.user_code`) goes
+        to ``session.json``: the folders that put the run's own code back on ``sys.path``.
+        """
         for filename, value in (("cpanel.json", cpanel), ("params.json", params)):
             (self.location / filename).write_json(value)
             if self.remote:  # a local copy for MLflow's session artifacts
                 atomic_write_json(self.path / filename, value)
         self.update_info(
-            params_module=module, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), version=__version__
+            params_module=module,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            version=__version__,
+            import_paths=dict(import_paths or {}),
         )
 
     def read_json(self, filename: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall, call_d
 from digideep.pipeline.session import DEFAULT_ROOT, Session
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
+from digideep.utility.user_code import IMPORT_PATHS, code_folders, use_code_folders
 
 __all__ = ["RunHandle", "TaskGranularity", "close_run", "open_run", "run_training"]
 
@@ -102,7 +103,8 @@ def open_run(
         torch_threads=resolved.params.get("session", {}).get("torch_threads"),
     )
     try:
-        session.write_params(resolved.module, resolved.cpanel, resolved.params)
+        folders = code_folders(resolved.params, resolved.module, resolved.file)
+        session.write_params(resolved.module, resolved.cpanel, resolved.params, import_paths=folders)
         if description is not None:
             session.update_info(description=description)
             tags = {**(tags or {}), NOTE_TAG: description}
@@ -136,6 +138,7 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         resume_checkpoint(session)  # damaged checkpoints and no good one: refused, not started over
     if found is None:  # (a first save cut short leaves a marked folder: the next save removes it)
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
+        use_code_folders(session.info().get(IMPORT_PATHS), params, f"session '{session.url}'")
         shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
         (session.path / "memory").mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)

@@ -39,6 +39,7 @@ from torch import nn
 from digideep.errors import UsageError
 from digideep.pipeline.checkpoint import load_checkpoint
 from digideep.utility.codec import decode
+from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["MODEL_ARTIFACTS", "PolicyModule", "export_policy", "log_policy_models", "register_model"]
 
@@ -107,6 +108,7 @@ def build_policy(checkpoint: str | Path) -> tuple[PolicyModule, Any]:
     if len(agents) != 1:
         raise UsageError(f"checkpoint {path} has {len(agents)} agents; exporting a model needs exactly one")
     ((name, spec),) = agents.items()
+    use_code_folders(info.get(IMPORT_PATHS), params, f"checkpoint {path}")  # a user's own agent class
     observation_space, action_spaces = MakeEnvironment(**params["env"]).spaces()
     shape = getattr(observation_space, "shape", None)
     if shape is None or len(shape) != 1:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from digideep.utility.flat_keys import flatten_dict
+from digideep.utility.location import is_url
 
 __all__ = [
     "DEFAULT_CURVE_METRICS",
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_PARAMS_PER_BATCH",
     "MAX_PARAM_VALUE_LENGTH",
     "MAX_TAG_VALUE_LENGTH",
+    "data_root_of",
     "experiment_name",
     "flatten_params",
     "is_http_uri",
@@ -179,6 +181,22 @@ def resolve_tracking_uri(
         return uri, None
     db_path.parent.mkdir(parents=True, exist_ok=True)
     return uri, (db_path.parent / "mlartifacts").as_uri()
+
+
+def data_root_of(session_root: str | Path) -> Path:
+    """The folder of the embedded store that the runs of sessions under ``session_root`` use.
+
+    The store lives beside the sessions folder: ``--session-path P`` keeps ``mlflow.db`` and
+    ``mlartifacts/`` in ``P``'s parent (``data`` for the default ``data/sessions``). Sessions on
+    object storage (``s3://...``) keep their working folders in ``data/cache``, so theirs is ``data``
+    (relative to the folder the run started in). ``$MLFLOW_TRACKING_URI`` or a ``tracking_uri``
+    option, when set, replace the embedded store altogether (:func:`tracking_uri_of`).
+    """
+    if is_url(session_root):
+        return DEFAULT_DATA_ROOT
+    text = str(session_root)
+    path = Path(text[len("file://") :] if text.lower().startswith("file://") else text)
+    return path.parent
 
 
 def tracking_uri_of(tracking_uri: str | None = None, data_root: str | Path = DEFAULT_DATA_ROOT) -> str:

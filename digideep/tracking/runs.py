@@ -2,7 +2,7 @@
 
 ::
 
-    digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--data-root DIR]
+    digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--session-path P | --data-root DIR]
     digideep runs compare RUN|EXPERIMENT|STUDY ... [--metric KEY] [--out PNG]
     digideep runs register RUN [--name NAME] [--model model|best_model]
     digideep runs ui [--port PORT]
@@ -13,7 +13,8 @@ study's parent run.
 
 The functions read MLflow through its client API only. The store is found as the tracker finds it
 (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///data/mlflow.db``), see
-:func:`~digideep.tracking.naming.resolve_tracking_uri`.
+:func:`~digideep.tracking.naming.resolve_tracking_uri`; ``--session-path P`` reads the embedded store
+of runs trained with ``--session-path P`` (:func:`~digideep.tracking.naming.data_root_of`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
+    data_root_of,
     is_http_uri,
     mlflow_key,
     resolve_tracking_uri,
@@ -70,7 +72,10 @@ def open_client(tracking_uri: str | None = None, data_root: str | Path = DEFAULT
     uri = tracking_uri_of(tracking_uri, data_root)
     db_path = sqlite_path(uri)
     if db_path is not None and not db_path.exists():
-        raise UsageError(f"no MLflow store at {uri}; train a run first or pass --tracking-uri")
+        raise UsageError(
+            f"no MLflow store at {uri}; train a run first, or pass the --session-path the runs "
+            "trained with (or --tracking-uri)"
+        )
     client = MlflowClient(uri)
     try:
         with http_limits(retries=0, timeout=5):
@@ -299,12 +304,32 @@ def _runs_named(client: MlflowClient, name: str) -> list[Any]:
 
 
 # -- command line ---------------------------------------------------------------------------------
+STORE_HELP = (
+    "The store is --tracking-uri, else $MLFLOW_TRACKING_URI, else the embedded store that 'digideep "
+    "train' writes beside its sessions folder: data/mlflow.db for the default data/sessions, and "
+    "for 'digideep train --session-path P' the same store with 'digideep runs --session-path P' "
+    "(P/../mlflow.db; data/mlflow.db for an s3:// P)."
+)
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"digideep runs{' ' + command if command else ''}")
+    parser = argparse.ArgumentParser(
+        prog=f"digideep runs{' ' + command if command else ''}", description=STORE_HELP
+    )
     parser.add_argument(
         "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
     )
-    parser.add_argument("--data-root", default=str(DEFAULT_DATA_ROOT), help="folder of the embedded store")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--session-path",
+        metavar="PATH",
+        help="the --session-path the runs trained with: read the embedded store beside it (PATH/../mlflow.db)",
+    )
+    store.add_argument(
+        "--data-root",
+        default=str(DEFAULT_DATA_ROOT),
+        help="folder of the embedded store (default: %(default)s)",
+    )
     parser.add_argument(
         "--metric", default=DEFAULT_RETURN_METRIC, help="return metric (default: %(default)s)"
     )
@@ -332,6 +357,8 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
     out = out or sys.stdout
     command = argv[0] if argv and argv[0] in ("compare", "register", "ui") else ""
     args = _parser(command).parse_args(argv[1:] if command else argv)
+    if args.session_path is not None:  # the store the tracker chose for sessions there
+        args.data_root = str(data_root_of(args.session_path))
     if command == "ui":
         return _run_ui(args.tracking_uri, args.data_root, args.port)
     with http_limits(

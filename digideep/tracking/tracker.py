@@ -28,7 +28,7 @@ from digideep.errors import UsageError
 from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
-from digideep.tracking.naming import experiment_name, resolve_tracking_uri
+from digideep.tracking.naming import data_root_of, experiment_name, resolve_tracking_uri
 
 __all__ = ["log_videos", "open_tracker", "sync_session"]
 
@@ -69,7 +69,7 @@ def open_tracker(
     """
     tags = dict(tags or {})
     module = info.get("params_module") or "digideep"
-    data_root = session_path.parent.parent
+    data_root = data_root_of(session_path.parent)  # beside the sessions folder (data/cache for a URL's)
     run_id = info.get("mlflow_run_id")
     if options.get("tracking_uri") and run_id:
         uri = resolve_tracking_uri(options["tracking_uri"], data_root)[0]
@@ -149,7 +149,7 @@ def sync_session(
     status = "FINISHED" if done else "KILLED"
     run_id, uri = info.get("mlflow_run_id"), info.get("mlflow_tracking_uri")
     target = options.get("tracking_uri")
-    same_store = not target or resolve_tracking_uri(target, session_path.parent.parent)[0] == uri
+    same_store = not target or resolve_tracking_uri(target, data_root_of(session_path.parent))[0] == uri
     if run_id and uri and same_store and _up_to_date(MlflowClient(uri), run_id, journal, status, done):
         return f"MLflow run {run_id} at {uri} holds everything of session {session_path.name}; nothing to do"
     options = {"asynchronous": False, **options}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mlflow.utils.validation import _validate_metric_name, _validate_param
 
 from digideep.tracking.naming import (
     MAX_KEY_LENGTH,
+    data_root_of,
     experiment_name,
     flatten_params,
     metrics_from_summary,
@@ -69,3 +72,10 @@ def test_experiment_is_the_params_module_unless_the_cpanel_names_one() -> None:
 
 def nn_relu() -> None:
     """A function standing for an activation class in a params tree."""
+
+
+def test_the_embedded_store_lives_beside_the_sessions_folder() -> None:
+    assert data_root_of("data/sessions") == Path("data")  # the default: data/mlflow.db
+    assert data_root_of("/runs/exp1/sessions/") == Path("/runs/exp1")
+    assert data_root_of("file:///runs/exp1/sessions") == Path("/runs/exp1")
+    assert data_root_of("s3://bucket/sessions") == Path("data")  # working folders in data/cache
