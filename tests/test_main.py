@@ -175,6 +175,8 @@ def test_msg_reaches_session_json_and_the_mlflow_note(sac_project, run_env):
     assert info["description"] == message and info["params_module"] == "my_sac"
     run = MlflowClient(run_env["MLFLOW_TRACKING_URI"]).get_run(info["mlflow_run_id"])
     assert run.data.tags["mlflow.note.content"] == message
+    # what the params left to the machine is recorded as it was decided
+    assert run.data.params["agents/agent/resolved/update_mode"] == "eager"
 
 
 def test_envs_subcommand_is_listed_and_runs():

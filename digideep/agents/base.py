@@ -108,6 +108,9 @@ class AgentBase:
     """
 
     hidden_size: int = 1
+    update_mode: str | None = None
+    """How the update function runs (``eager``, ``compile``, ``cudagraphs``) once resolved by
+    :meth:`update_function`; None for an agent that does not run one."""
 
     def __init__(
         self,

@@ -114,6 +114,16 @@ class RunnerStateMixin:
             "counters": asdict(self.counters),
             "classes": self.built.class_paths(),
             IMPORT_PATHS: info.get(IMPORT_PATHS, {}),
+            "resolved": self.resolved_settings(),
+        }
+
+    def resolved_settings(self) -> dict[str, str]:
+        """What the params left to the machine, as it was decided: each agent's update mode when its
+        params say ``auto`` (``{"agents/<name>/resolved/update_mode": "eager"}``; MLflow params too)."""
+        return {
+            f"agents/{name}/resolved/update_mode": agent.update_mode
+            for name, agent in self.agents.items()
+            if agent.update_mode is not None
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -111,6 +111,8 @@ def open_run(
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
         runner = Runner(session, resolved.params, tracker=tracker, journal=journal)
+        if tracker is not None:
+            tracker.log_params(runner.resolved_settings())
         return RunHandle(session, runner, tracker, None)
     except BaseException:
         session.close()
@@ -144,11 +146,16 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
         tracker = _open_tracker(session, params, cpanel, tags, journal)
-        return RunHandle(session, Runner(session, params, tracker=tracker, journal=journal), tracker, None)
+        runner = Runner(session, params, tracker=tracker, journal=journal)
+        if tracker is not None:
+            tracker.log_params(runner.resolved_settings())
+        return RunHandle(session, runner, tracker, None)
     log.info("resuming session %s from %s", session.url, found.path)
     # a damaged checkpoint fails here, before tracking starts; the journal is rewound to it
     runner = Runner.from_checkpoint(session, found.path)
     runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
+    if tracker is not None:
+        tracker.log_params(runner.resolved_settings())
     return RunHandle(session, runner, tracker, found.path)
 
 

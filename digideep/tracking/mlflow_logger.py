@@ -282,6 +282,13 @@ class MlflowTracker:
             self.run_id, params=[Param(k, v) for k, v in flat.items() if k not in existing]
         )
 
+    def log_params(self, flat: Mapping[str, str]) -> None:
+        """Log more params once the run is open (what was decided at run time, such as each agent's
+        resolved update mode); names logged before keep their first values."""
+        if self._sender is None or self._client is None or not flat:
+            return
+        self._log_params(dict(flat), existing=self._client.get_run(self.run_id).data.params)
+
     # -- during the run ------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int, *, flush: bool = True) -> None:
         """Append ``metrics`` at ``step`` (environment frames) to the journal and, with ``flush``, send.
