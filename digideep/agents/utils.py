@@ -19,10 +19,10 @@ __all__ = [
     "ObservationAdapter",
     "Observations",
     "adam_step",
+    "initialize_adam",
     "make_adam",
     "minimize",
     "optimizer_params",
-    "overrides",
     "polyak_update",
     "to_torch",
 ]
@@ -178,23 +178,26 @@ def make_adam(
     """
     fused = device.type in ("cpu", "cuda")
     optimizer = torch.optim.Adam(params, lr=lr, eps=eps, fused=fused, capturable=capturable)
-    _init_adam_state(optimizer)
+    initialize_adam(optimizer)
     return optimizer
 
 
-def _init_adam_state(optimizer: torch.optim.Adam) -> None:
-    """The state ``step()`` would create on its first call (zero moments, step count 0), made now, so
-    that every :func:`adam_step` takes one path: a compiled update traces it once, and a CUDA graph
-    captures no allocation. The numbers are those of ``step()``; the step count lives on the
-    parameter's device where Adam keeps it there (fused or capturable)."""
+def initialize_adam(optimizer: torch.optim.Adam) -> None:
+    """Create the state Adam's first ``step()`` would (zero moments, step count 0) where it is missing,
+    so that every step, the first included, takes :func:`adam_step`'s one path: a compiled update
+    traces it once and a CUDA graph captures no allocation. The same numbers as the state ``step()``
+    creates lazily (the step count is float32, on the parameter's device where Adam is fused or
+    capturable). :func:`make_adam` calls it; call it again after loading a state saved before the
+    first step."""
     for group in optimizer.param_groups:
         on_device = group["fused"] or group["capturable"]
         for param in group["params"]:
-            optimizer.state[param] = {
-                "step": torch.zeros((), dtype=torch.float32, device=param.device if on_device else "cpu"),
-                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-            }
+            if not optimizer.state[param]:
+                optimizer.state[param] = {
+                    "step": torch.zeros((), dtype=torch.float32, device=param.device if on_device else "cpu"),
+                    "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+                }
 
 
 def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
@@ -204,8 +207,15 @@ def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Seque
     adam_step(optimizer, torch.autograd.grad(loss, params))
 
 
+@torch.compiler.disable
 def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -> None:
     """``optimizer.step()`` with ``grads`` (from ``torch.autograd.grad``) instead of the ``.grad`` fields.
+
+    It runs eagerly in every update mode (``torch.compiler.disable``): torch keeps its fused Adam
+    kernel out of compiled graphs anyway, and tracing the Python around it would guard on this
+    optimizer and its parameter objects, so that every new agent in a process would recompile its
+    update (and past ``torch._dynamo.config.recompile_limit``, 8, silently run it uncompiled). A CUDA
+    graph captures it like any other kernel.
 
     For an initialized ``torch.optim.Adam`` (fused or foreach, no AMSGrad) this calls the documented
     functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
@@ -263,9 +273,3 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The optimizer's parameters in ``param_groups`` order (the order :func:`adam_step` expects)."""
     return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def overrides(cls: type, base: type, *names: str) -> bool:
-    """Whether ``cls`` overrides any of ``base``'s methods ``names`` (a fast path that reproduces
-    them by hand applies only while none is)."""
-    return any(getattr(cls, name) is not getattr(base, name) for name in names)

@@ -54,6 +54,12 @@ def moved(before: list[torch.Tensor], module: torch.nn.Module) -> list[bool]:
     return [not torch.equal(b, p) for b, p in zip(before, module.parameters(), strict=True)]
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has traced in this process: a compiled update of an edited loss adds some
+    (a silent fall-back to eager, e.g. past the recompile limit, adds none)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 def zero(loss_fn):
     """The same loss times zero: the same graph, a zero gradient."""
     return lambda *args, **kwargs: 0.0 * loss_fn(*args, **kwargs)
@@ -69,7 +75,9 @@ def test_a_critic_loss_made_zero_leaves_the_critics_and_the_actor_still_learns(m
     monkeypatch.setattr(losses, "critic_loss", zero(losses.critic_loss))
     learner = agent(cls, mode)
     critic, actor = parameters(learner.policy.critic), parameters(learner.policy.actor)
+    graphs = compiled_graphs()
     metrics = learner.learn(minibatch())  # the first step is also an actor step
+    assert (compiled_graphs() > graphs) == (mode == "compile"), "the edited loss was not compiled"
     assert metrics["losses/qf_loss"] == 0.0
     assert not any(moved(critic, learner.policy.critic)), "the critics trained on a loss that was zero"
     assert all(moved(actor, learner.policy.actor))
@@ -123,7 +131,9 @@ def test_compiled_updates_run_the_same_function_as_eager(name):
     torch.manual_seed(3)
     expected = eager.learn(data)
     torch.manual_seed(3)
+    graphs = compiled_graphs()
     got = compiled.learn(data)
+    assert compiled_graphs() > graphs
     assert got.keys() == expected.keys()
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key

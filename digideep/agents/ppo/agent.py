@@ -26,11 +26,18 @@ from digideep.agents.base import AgentBase
 from digideep.agents.networks import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.batches import Minibatch, Sequences, advantage_chunk, minibatches
-from digideep.agents.ppo.flat_parameters import FlatParameters, initialize_adam, merge_optimizer_state
+from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
 from digideep.agents.update_modes import compiler_missing
-from digideep.agents.utils import MetricAccumulator, ObservationAdapter, adam_step, make_adam, to_torch
+from digideep.agents.utils import (
+    MetricAccumulator,
+    ObservationAdapter,
+    adam_step,
+    initialize_adam,
+    make_adam,
+    to_torch,
+)
 from digideep.memory import LastChunk
 
 __all__ = ["PPO", "Minibatch", "Sequences"]
@@ -165,7 +172,6 @@ class PPO(AgentBase):
         # the learning rate as a tensor that annealing fills in place: compiled code and CUDA graphs read
         # it without recompiling or recapturing (fused Adam takes a tensor learning rate)
         self._lr = torch.tensor(self.lr, device=self.device) if self.optimizer.defaults["fused"] else None
-        initialize_adam(self.optimizer)
         # acting in NumPy on views of the parameters where it applies (numpy_acting.py says why), with
         # its own noise generator, seeded from torch's so that the run's seed fixes it
         self.acting_rng = np.random.Generator(np.random.PCG64(int(torch.randint(2**62, ()))))
@@ -340,18 +346,8 @@ class PPO(AgentBase):
         grad = torch.cat([g.reshape(-1) for g in grads])
         if self.max_grad_norm is not None:  # clip_grad_norm_'s formula on the one flat gradient
             grad = grad * (self.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp(max=1.0)
-        self._adam_step(grad)
+        adam_step(self.optimizer, [grad])  # outside compiled graphs (utils.adam_step says why)
         return {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, "log_ratio": log_ratio}
-
-    @torch.compiler.disable
-    def _adam_step(self, grad: torch.Tensor) -> None:
-        """:func:`~digideep.agents.utils.adam_step` on the flat parameter, run eagerly in every mode.
-
-        torch keeps its fused Adam kernel out of compiled graphs anyway; tracing the Python around it
-        would guard on this agent's optimizer and parameter objects, so that every new agent in the
-        process recompiles (and past ``torch._dynamo.config.recompile_limit``, 8, runs uncompiled).
-        """
-        adam_step(self.optimizer, [grad])
 
     def _loss(
         self, features: torch.Tensor, batch: Minibatch, clip: torch.Tensor

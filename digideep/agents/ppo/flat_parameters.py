@@ -5,8 +5,7 @@ arithmetic. With the parameters in one tensor, Adam updates one tensor and gradi
 one norm (of autograd's gradients concatenated), instead of a Python loop and a kernel per parameter
 in each (measured here: 100 us to 50 us per minibatch for each of the two). The modules keep their own named parameters, so state
 dicts, checkpoints and everything reading ``policy.actor`` are unchanged; only the optimizer sees the
-flat tensor (:func:`merge_optimizer_state` reads optimizer states saved per parameter;
-:func:`initialize_adam` creates the state before the first step).
+flat tensor (:func:`merge_optimizer_state` reads optimizer states saved per parameter).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["FlatParameters", "initialize_adam", "merge_optimizer_state"]
+__all__ = ["FlatParameters", "merge_optimizer_state"]
 
 
 class FlatParameters:
@@ -84,20 +83,3 @@ def merge_optimizer_state(state: Mapping[str, Any], params: list[torch.Tensor]) 
                 ]
             )
     return {"state": {0: merged} if merged else {}, "param_groups": [{**groups[0], "params": [0]}]}
-
-
-def initialize_adam(optimizer: torch.optim.Adam) -> None:
-    """Create the state that Adam's first ``step()`` would (zero moments, step count 0) where it is
-    missing, so that every step, the first included, takes :func:`~digideep.agents.utils.adam_step`'s
-    one path and a compiled update does not recompile at its second call. The same numbers as the
-    state ``step()`` creates lazily (the step count is float32, on the device where Adam is fused or
-    capturable)."""
-    for group in optimizer.param_groups:
-        on_device = group["fused"] or group["capturable"]
-        for param in group["params"]:
-            if not optimizer.state[param]:
-                optimizer.state[param] = {
-                    "step": torch.zeros((), dtype=torch.float32, device=param.device if on_device else "cpu"),
-                    "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-                }
