@@ -52,8 +52,8 @@ STACK_ARGS ?=
 stack-up: install ## the production stack: PostgreSQL, Prefect and MLflow servers with auth, S3, WORKERS=N workers; Ctrl-C stops
 	$(BIN)/python -m digideep_stack up --workers $(or $(WORKERS),1) $(STACK_ARGS)
 
-stack-down: ## stop a stack started by make stack-up (in another shell or in the background)
-	$(BIN)/python -m digideep_stack down
+stack-down: ## stop a stack started by make stack-up (in another shell or in the background; the same STACK_ARGS)
+	$(BIN)/python -m digideep_stack down $(STACK_ARGS)
 
 demo-cluster: install ## (root) the stack on a bridge and 2 worker hosts in network namespaces; Ctrl-C tears it all down
 	$(BIN)/python -m digideep_stack.cluster up --hosts $(or $(HOSTS),2) $(CLUSTER_ARGS)

@@ -1,20 +1,23 @@
-"""A real production stack (``python -m digideep_stack up``) for the tests of this folder.
+"""A real production stack, started by ``make stack-up`` and stopped by ``make stack-down``.
 
-One stack per module on free ports, its data, logs and ``.env`` under a temporary folder. It runs
-no worker of its own (``--workers 0``): tests start their "hosts" (:func:`start_host`), so that a
-host can be killed without the stack noticing a dead child and stopping. At the end the stack gets
-SIGTERM, as ``make stack-down`` sends it, and every process it started must be gone.
+One stack per module, as a user starts it: ``make stack-up`` with the user's defaults (one worker)
+and ``STACK_ARGS`` pointing its data, logs and ``.env`` at a temporary folder and its servers at
+free ports; a module that needs other options overrides :func:`stack_options` (the host-failure
+tests run no worker of their own and start their "hosts", :func:`hosts`, so that a host can be
+killed without the stack noticing a dead child and stopping). ``make stack-down`` with the same
+``STACK_ARGS`` stops it; then no process it started may run and no port of it may be listened on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,40 +30,73 @@ from digideep_stack.secrets import read_env_file
 from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+MARK = "DIGIDEEP_STACK_TEST"  # in the stack's environment, so every process under it inherits it
+
+
+def user_env() -> dict[str, str]:
+    """This environment as a user's shell has it: no outer make's flags, no stack's client settings."""
+    drop = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "PREFECT_API_", "MLFLOW_TRACKING_", "AWS_")
+    return {key: value for key, value in os.environ.items() if not key.startswith(drop)}
+
+
+def make(target: str, *variables: str) -> list[str]:
+    """``make <target> VARIABLE=...`` in the repository, as a user types it.
+
+    ``-o install`` leaves the install step out: the tests run in the installed environment (``make
+    test`` has just made it), and a reinstall under running tests would change their packages.
+    """
+    return ["make", "--no-print-directory", "-o", "install", f"VENV={BIN.parent}", target, *variables]
 
 
 @dataclass
 class RunningStack:
     folder: Path
+    process: subprocess.Popen  # make stack-up
+    stack_args: str  # STACK_ARGS of make stack-up and make stack-down
+    ports: dict[str, int]
     lines: list[str]
     secrets: dict[str, str] = field(repr=False)  # kept out of pytest's failure reports
     client_env: dict[str, str] = field(repr=False)  # what a worker or a user's shell sets (secrets included)
 
     @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def env_file(self) -> Path:
+        return self.folder / ".env"
+
+    @property
     def logs(self) -> Path:
-        return self.folder / "data" / "logs"
+        return self.data / "logs"
 
 
-def start_stack(folder: Path, *extra: str, timeout: float = 600) -> tuple[subprocess.Popen, RunningStack]:
-    """Start ``python -m digideep_stack up`` and wait for its "Stack up" line."""
-    ports = {name: str(free_port()) for name in ("postgres", "prefect", "mlflow", "s3")}
-    command = [sys.executable, "-m", "digideep_stack", "up", "--data", str(folder / "data"),
-               "--env-file", str(folder / ".env"), "--workers", "0", *extra]  # fmt: skip
-    for name, port in ports.items():
-        command += [f"--{name}-port", port]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+def start_stack(folder: Path, workers: int = 1, args: tuple[str, ...] = ()) -> RunningStack:
+    """``make stack-up WORKERS=workers STACK_ARGS=...``; wait for its "Stack up" line.
+
+    The shell commands a user then runs (``set -a; . ./.env; . data/stack/client.env; set +a``)
+    read the two files this returns in ``client_env``.
+    """
+    ports = {name: free_port() for name in ("postgres", "prefect", "mlflow", "s3")}
+    stack_args = shlex.join(
+        ["--data", str(folder / "data"), "--env-file", str(folder / ".env"), *args]
+        + [option for name, port in ports.items() for option in (f"--{name}-port", str(port))]
     )
+    process = subprocess.Popen(
+        make("stack-up", f"WORKERS={workers}", f"STACK_ARGS={stack_args}"),
+        cwd=REPO, env={**user_env(), MARK: str(folder)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
     lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    for line in process.stdout:
+    for line in process.stdout:  # every service's start is bounded, so the stack ends or comes up
         lines.append(line.rstrip())
-        if line.startswith("Stack up") or "error" in line or time.monotonic() > deadline:
+        if line.startswith("Stack up") or "error" in line:
             break
     if not lines or not lines[-1].startswith("Stack up"):
-        stop_stack(process)
-        raise RuntimeError("the stack did not come up:\n" + "\n".join(lines))
+        running = RunningStack(folder, process, stack_args, ports, lines, {}, {})
+        left = stop_stack(running)
+        raise RuntimeError("the stack did not come up:\n" + "\n".join(lines) + (f"\n{left}" if left else ""))
     secrets = read_env_file(folder / ".env")
     addresses = read_env_file(folder / "data" / "client.env")
     client_env = {
@@ -74,35 +110,100 @@ def start_stack(folder: Path, *extra: str, timeout: float = 600) -> tuple[subpro
             if not key.startswith(("DIGIDEEP_STACK", "MLFLOW_FLASK"))
         },
     }
-    return process, RunningStack(folder, lines, secrets, client_env)
+    return RunningStack(folder, process, stack_args, ports, lines, secrets, client_env)
 
 
-def stop_stack(process: subprocess.Popen) -> None:
-    """SIGTERM to the stack, then check that nothing it started still runs."""
-    tree = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
-    process.send_signal(signal.SIGTERM)
+def marked_processes(folder: Path) -> list[psutil.Process]:
+    """Every process of this machine whose environment carries the stack's mark (daemons included)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(MARK) == str(folder) and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def listeners(ports: dict[str, int]) -> list[str]:
+    return [
+        f"{c.laddr.ip}:{c.laddr.port} (pid {c.pid})"
+        for c in psutil.net_connections("inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port in ports.values()
+    ]
+
+
+def describe(process: psutil.Process) -> str:
     try:
-        process.wait(timeout=180)
+        return f"{process.pid} {' '.join(process.cmdline()[:4])[:100]}"
+    except psutil.Error:
+        return str(process.pid)
+
+
+def stop_stack(stack: RunningStack) -> str:
+    """``make stack-down STACK_ARGS=...``, then what is left: '' when the stack stopped everything.
+
+    Whatever is left is killed, so that a failing test leaves no server behind.
+    """
+    tree = []
+    if stack.process.poll() is None:
+        tree = [
+            psutil.Process(stack.process.pid),
+            *psutil.Process(stack.process.pid).children(recursive=True),
+        ]
+    down = subprocess.run(
+        make("stack-down", f"STACK_ARGS={stack.stack_args}"),
+        cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    problems = (
+        [] if down.returncode == 0 else [f"make stack-down: {down.returncode}: {down.stdout}{down.stderr}"]
+    )
+    try:
+        code = stack.process.wait(timeout=30)  # down waits until the stack's process has ended
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    _, alive = psutil.wait_procs(tree, timeout=30)
-    for survivor in alive:
-        survivor.kill()
-    assert not alive, f"processes left running by the stack: {[p.pid for p in alive]}"
+        code = "still running"
+    if code != 0:
+        problems.append(f"make stack-up ended with {code}")
+    _, alive = psutil.wait_procs(tree, timeout=5)  # gone, or a zombie its parent is about to reap
+    alive = {p.pid: p for p in [*alive, *marked_processes(stack.folder)]}
+    open_ports = listeners(stack.ports)
+    if alive or open_ports:
+        problems.append(f"left running: {[describe(p) for p in alive.values()]}; listening: {open_ports}")
+        for process in alive.values():
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(list(alive.values()), timeout=10)
+    if stack.process.poll() is None:
+        os.killpg(stack.process.pid, signal.SIGKILL)
+        stack.process.wait()
+    if stack.process.stdout is not None:
+        stack.process.stdout.close()
+    return "; ".join(problems)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+def stack_options() -> dict:
+    """:func:`start_stack`'s options for the module's stack: a user's ``make stack-up`` (one worker).
+
+    A module overrides this fixture to start its stack otherwise.
+    """
+    return {"workers": 1}
+
+
+@pytest.fixture(scope="module")
+def stack(stack_options: dict) -> Iterator[RunningStack]:
+    """``make stack-up`` for the module; ``make stack-down`` after it must leave nothing running."""
     # PostgreSQL runs as the postgres user, who cannot enter pytest's private temporary folders.
     folder = Path(tempfile.mkdtemp(prefix="digideep-stack-test-"))
     folder.chmod(0o755)
     try:
-        process, running = start_stack(folder, "--crash-after", "60")
+        running = start_stack(folder, **stack_options)
         try:
             yield running
         finally:
-            stop_stack(process)
+            if running.process.poll() is None:  # not stopped by a test already
+                left = stop_stack(running)
+                assert not left, left
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
