@@ -21,7 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 # The longest files of the default suite (one to four minutes each), collected first: `make test`
 # hands whole files to its processes in collection order, so these start at once instead of
 # leaving one process busy with them after the other has finished.
-LONG_FILES = ("docs/test_commands.py", "stack/test_cluster.py", "pipeline/test_s3_resume.py")
+LONG_FILES = (
+    "docs/test_commands.py",
+    "stack/test_stack.py",
+    "stack/test_cluster.py",
+    "pipeline/test_s3_resume.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
