@@ -175,8 +175,9 @@ def test_msg_reaches_session_json_and_the_mlflow_note(sac_project, run_env):
     assert info["description"] == message and info["params_module"] == "my_sac"
     run = MlflowClient(run_env["MLFLOW_TRACKING_URI"]).get_run(info["mlflow_run_id"])
     assert run.data.tags["mlflow.note.content"] == message
-    # what the params left to the machine is recorded as it was decided
+    # what the params left to the machine is recorded as it was decided, and said once
     assert run.data.params["agents/agent/resolved/update_mode"] == "eager"
+    assert result.stderr.count("agent 'agent': the update runs eager (CPU: the compiled step") == 1
 
 
 def test_envs_subcommand_is_listed_and_runs():

@@ -111,6 +111,8 @@ class AgentBase:
     update_mode: str | None = None
     """How the update function runs (``eager``, ``compile``, ``cudagraphs``) once resolved by
     :meth:`update_function`; None for an agent that does not run one."""
+    update_mode_reason: str = ""
+    """Why :attr:`update_mode` runs (what ``auto`` measured, or that the params asked for it)."""
 
     def __init__(
         self,
@@ -216,15 +218,16 @@ class AgentBase:
     def update_function(self, fn: Callable[..., dict[str, torch.Tensor]], update_mode: str) -> UpdateFunction:
         """``fn``, this agent's update written once, run in ``update_mode``
         (:mod:`~digideep.agents.update_modes`). ``auto`` resolves through :meth:`auto_update_mode`; the
-        mode that runs is logged with its reason and kept in :attr:`update_mode`.
+        mode that runs is kept in :attr:`update_mode` and its reason in ``update_mode_reason`` (the
+        Runner logs both).
 
         Raises:
             UsageError: a mode that cannot run on this agent's device.
         """
         check_update_mode(update_mode, self.device, self.name)
         mode, why = self.auto_update_mode() if update_mode == "auto" else (update_mode, "as the params ask")
-        self.update_mode = mode
-        log.info("agent '%s': the update runs %s (%s)", self.name, mode, why)
+        self.update_mode, self.update_mode_reason = mode, why
+        log.debug("agent '%s': the update runs %s (%s)", self.name, mode, why)
         return UpdateFunction(fn, mode, f"agent '{self.name}'")
 
     def auto_update_mode(self) -> tuple[str, str]:

@@ -112,6 +112,11 @@ class Runner(RunnerStateMixin):
         self.counters = Counters()
         self.built = components.build(session, params, modes=modes)
         self.agents = self.built.agents
+        for name, agent in self.agents.items():
+            if agent.update_mode is not None:
+                log.info(
+                    "agent '%s': the update runs %s (%s)", name, agent.update_mode, agent.update_mode_reason
+                )
         self.memories = self.built.memories
         if (
             session.remote

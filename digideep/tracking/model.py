@@ -26,8 +26,11 @@ is imported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import tempfile
+from collections.abc import Iterator
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -166,7 +169,11 @@ def export_policy(checkpoint: str | Path, out: str | Path, examples: int = 5) ->
     module, observation_space = build_policy(checkpoint)
     observation_space.seed(0)
     example = np.stack([observation_space.sample() for _ in range(examples)]).astype(np.float32)
-    with tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch, torch.inference_mode():
+    with (
+        tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch,
+        torch.inference_mode(),
+        _quiet_mlflow(),
+    ):
         traced = torch.jit.trace(module, torch.from_numpy(example), check_trace=False)
         script = Path(scratch) / TORCHSCRIPT
         traced.save(str(script))
@@ -184,6 +191,25 @@ def export_policy(checkpoint: str | Path, out: str | Path, examples: int = 5) ->
             ],
         )
     return Path(out)
+
+
+@contextlib.contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """Save a model without what MLflow prints on its own at every save: its artifact-copy progress
+    bars (unless ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` is set) and its INFO line on validating the
+    input example. Its warnings still show."""
+    variable = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    pyfunc_log = logging.getLogger("mlflow.pyfunc")
+    unset, level = variable not in os.environ, pyfunc_log.level
+    if unset:
+        os.environ[variable] = "false"
+    pyfunc_log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        pyfunc_log.setLevel(level)
+        if unset:
+            os.environ.pop(variable, None)
 
 
 def log_policy_models(

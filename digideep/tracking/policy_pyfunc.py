@@ -21,8 +21,11 @@ class TorchScriptPolicy(mlflow.pyfunc.PythonModel):
         self.module = torch.jit.load(context.artifacts["torchscript"], map_location="cpu")
         self.module.eval()
 
-    def predict(self, context, model_input, params=None):
-        """Deterministic actions for ``model_input``: ``(batch, obs_dim)`` observations (array or frame)."""
+    def predict(self, context, model_input: np.ndarray, params=None) -> np.ndarray:
+        """Deterministic actions for ``model_input``: ``(batch, obs_dim)`` observations (array or frame).
+
+        The ``np.ndarray`` hint tells MLflow that the saved signature, not the hint, describes the input
+        (without a hint MLflow warns at every save)."""
         obs = np.ascontiguousarray(np.asarray(model_input, dtype=np.float32))
         with torch.inference_mode():
             return self.module(torch.from_numpy(obs)).numpy()
