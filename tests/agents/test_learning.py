@@ -31,6 +31,24 @@ TARGETS = {
 }
 
 
+def assert_reaches(
+    tmp_path: Path, params: dict, label: str, target: float, frames: int | None = None
+) -> None:
+    """Train ``params`` to the end; the mean return of its last test (10 deterministic episodes in the
+    Runner's own test stage) must reach ``target``."""
+    runner = make_runner(tmp_path, params)
+    try:
+        assert runner.train() == "finished"
+        assert frames is None or runner.counters.frames == frames
+        returns = runner.monitor.window_values("/explore/test/episode_return")
+    finally:
+        close(runner)
+    assert len(returns) == 10
+    score = sum(returns) / len(returns)
+    print(f"{label}: mean deterministic return {score:.1f} (target {target})")
+    assert score >= target, f"{label}: mean return {score:.1f} < {target}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("name", sorted(TARGETS))
@@ -38,16 +56,7 @@ def test_reaches_the_target_return(tmp_path: Path, name: str, seed: int) -> None
     epochs = shipped_params(name)["runner"]["number_epochs"]
     # the Runner's own test stage, once at the end, over 10 deterministic episodes
     params = shipped_params(name, seed=seed, test_interval=epochs, test_episodes=10, test_win_size=10)
-    runner = make_runner(tmp_path, params)
-    try:
-        assert runner.train() == "finished"
-        returns = runner.monitor.window_values("/explore/test/episode_return")
-    finally:
-        close(runner)
-    assert len(returns) == 10
-    score = sum(returns) / len(returns)
-    print(f"{name} seed {seed}: mean deterministic return {score:.1f} (target {TARGETS[name]})")
-    assert score >= TARGETS[name], f"{name} seed {seed}: mean return {score:.1f} < {TARGETS[name]}"
+    assert_reaches(tmp_path, params, f"{name} seed {seed}", TARGETS[name])
 
 
 # CURL (Laskin, Srinivas, Abbeel 2020, arXiv:2004.04136), Table 1, "State SAC" on cartpole swingup:
@@ -60,16 +69,7 @@ def test_dmc_sac_swings_up_the_cartpole(tmp_path: Path) -> None:
     pytest.importorskip("dm_control", reason="needs pip install 'digideep[dmc]'")
     # 10 epochs x 10 iterations x 1,000 steps = 100,000 frames, then 10 deterministic episodes
     params = shipped_params("dmc_sac", number_epochs=10, test_interval=10, test_episodes=10, test_win_size=10)
-    runner = make_runner(tmp_path, params)
-    try:
-        assert runner.train() == "finished"
-        returns = runner.monitor.window_values("/explore/test/episode_return")
-    finally:
-        close(runner)
-    assert len(returns) == 10
-    score = sum(returns) / len(returns)
-    print(f"dmc_sac cartpole-swingup: mean deterministic return {score:.1f} (target {DMC_TARGET})")
-    assert score >= DMC_TARGET, f"dmc_sac: mean return {score:.1f} < {DMC_TARGET}"
+    assert_reaches(tmp_path, params, "dmc_sac cartpole-swingup", DMC_TARGET)
 
 
 # Hopper ends an episode when it falls, so targets must stop at terminations. The target sits between
@@ -95,19 +95,7 @@ def test_sac_learns_hopper(tmp_path: Path, seed: int) -> None:
         test_episodes=10,
         test_win_size=10,
     )
-    runner = make_runner(tmp_path, params)
-    try:
-        assert runner.train() == "finished"
-        assert runner.counters.frames == 50_000
-        returns = runner.monitor.window_values("/explore/test/episode_return")
-    finally:
-        close(runner)
-    assert len(returns) == 10
-    score = sum(returns) / len(returns)
-    print(f"mujoco_sac Hopper-v5 seed {seed}: mean deterministic return {score:.1f} (target {HOPPER_TARGET})")
-    assert score >= HOPPER_TARGET, (
-        f"mujoco_sac Hopper-v5 seed {seed}: mean return {score:.1f} < {HOPPER_TARGET}"
-    )
+    assert_reaches(tmp_path, params, f"mujoco_sac Hopper-v5 seed {seed}", HOPPER_TARGET, frames=50_000)
 
 
 @pytest.mark.parametrize("name", [*sorted(TARGETS), "dmc_sac"])
