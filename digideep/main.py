@@ -37,7 +37,7 @@ from typing import Any
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
 from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.pipeline.session import DEFAULT_ROOT, check_session_name, check_session_root
 from digideep.utility.location import Location, is_url
 from digideep.utility.progress import console_handler
 
@@ -131,6 +131,9 @@ def _setup_logging(level: str) -> None:
 def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
     resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
+    if args.session_name is not None:
+        check_session_name(args.session_name)
+    check_session_root(args.session_path)  # a local folder: not a file, writable
     root = Location(args.session_path)
     root.check()  # a URL: the store answers and the bucket exists (seconds), before anything is written
     if args.session_name and _session_exists(root, args.session_name):
@@ -140,6 +143,7 @@ def command_train(args: argparse.Namespace) -> int:
         )
     if args.dry_run:
         return _dry_run(resolved)
+    _check_tracking_server(resolved.params, args.session_path)
     return _train(
         args.params,
         args.cpanel,
@@ -150,6 +154,38 @@ def command_train(args: argparse.Namespace) -> int:
         description=args.msg,
         resolved=resolved,
     )
+
+
+def _check_tracking_server(params: dict[str, Any], session_path: str) -> None:
+    """Refuse a new run whose MLflow server does not answer (one request), before anything is written.
+
+    Only where the run would fail on it: tracking on and ``required`` (the default), and a server
+    (``http(s)://``; an embedded store is created with the run). The run's tracker would fail the same
+    way, but after making its session (deleted again) and, under Prefect, inside a flow run.
+
+    Raises:
+        UsageError: one line naming the server and the error.
+    """
+    settings = params.get("tracking", {})
+    options = settings.get("args", {})
+    if not (settings.get("enabled", True) and options.get("required", True) and options.get("enabled", True)):
+        return
+    from digideep.tracking.failures import http_limits, one_line
+    from digideep.tracking.naming import data_root_of, is_http_uri, tracking_uri_of
+
+    uri = tracking_uri_of(options.get("tracking_uri"), data_root_of(session_path))
+    if not is_http_uri(uri):
+        return
+    from mlflow import MlflowClient
+
+    try:
+        with http_limits(retries=0, timeout=int(options.get("connect_timeout", 5))):
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as error:
+        raise UsageError(
+            f"MLflow tracking at {uri} does not answer ({one_line(error)}); check that the server is "
+            "reachable, point MLFLOW_TRACKING_URI at one that is, or turn tracking off"
+        ) from None
 
 
 def _dry_run(resolved: ResolvedParams) -> int:
@@ -190,8 +226,36 @@ def _dry_run(resolved: ResolvedParams) -> int:
     return 0
 
 
+NEW_RUN_OPTIONS = {
+    "params": "--params",
+    "cpanel": "--cpanel",
+    "session_name": "--session-name",
+    "msg": "--msg",
+    "dry_run": "--dry-run",
+}
+"""Options of a new run, which resume and play refuse (``dest``: option)."""
+
+
+def _new_run_options(args: argparse.Namespace) -> str:
+    """The options of a new run given in ``args``, e.g. ``"--cpanel and --session-name"`` (or "")."""
+    given = [
+        option for dest, option in NEW_RUN_OPTIONS.items() if getattr(args, dest, None) not in (None, False)
+    ]
+    return " and ".join(given)
+
+
 def command_resume(args: argparse.Namespace) -> int:
-    """Continue a session from its newest complete checkpoint."""
+    """Continue a session from its newest complete checkpoint.
+
+    Raises:
+        UsageError: an option of a new run was given (resume used to ignore it).
+    """
+    given = _new_run_options(args)
+    if given:
+        raise UsageError(
+            f"{given} cannot be used with resume: a resumed session keeps its own name, params, cpanel and "
+            "description (its params.json); to change them, train a new session with --params"
+        )
     root, name = _split_session(args.session, args.session_path)
     return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
@@ -367,6 +431,11 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     resume.add_argument("session", help="session name (under --session-path) or path")
     _add_common_options(resume)
     resume.add_argument("--no-prefect", action="store_true", help="run the plain Runner.train() loop")
+    for option in NEW_RUN_OPTIONS.values():  # taken, to be refused in one line by command_resume
+        if option == "--dry-run":
+            resume.add_argument(option, action="store_true", help=argparse.SUPPRESS)
+        else:
+            resume.add_argument(option, help=argparse.SUPPRESS)
     resume.set_defaults(func=command_resume)
 
     play = sub.add_parser("play", help="run a checkpoint's policy deterministically and print the returns")
@@ -511,8 +580,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m digideep.main``."""
     parser = _build_main_parser()
     args = parser.parse_args(argv)
-    if (args.play or args.resume) and (args.msg is not None or args.dry_run):
-        parser.error("--msg and --dry-run apply to a new run (--params); a resumed run keeps its description")
+    given = _new_run_options(args) if args.play else ""
+    if given:  # (resume refuses them in command_resume, for `digideep resume` too)
+        print(
+            f"digideep: error: {given} cannot be used with --play: a checkpoint plays with the params "
+            "of its own session",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.play:
         if not args.load_checkpoint:
             parser.error("--play needs --load-checkpoint PATH")

@@ -260,3 +260,180 @@ def test_the_installed_command_trains_and_lists_runs_from_any_folder(tmp_path, r
     run_id = json.loads((session / "session.json").read_text())["mlflow_run_id"]
     assert "experiment params.pendulum_sac" in listed.stdout, listed.stdout
     assert any(line.split()[:2] == [run_id, "far"] for line in listed.stdout.splitlines()), listed.stdout
+
+
+# -- faults: each is one line on stderr, exit code 2, and nothing on disk ------------------------
+def assert_refused(result, message, project):
+    """Exit code 2, stderr exactly ``digideep: error: <message>``, and no data folder made."""
+    assert (result.returncode, result.stderr) == (2, f"digideep: error: {message}\n"), result.stderr[-3000:]
+    assert not (project / "data").exists()
+
+
+BROKEN_FILES = {
+    "broken": 'cpanel = {"seed": 0\n\n\ndef gen_params(cpanel):\n    return {}\n',
+    "raising": 'cpanel = {"seed": 0}\n\n\ndef gen_params(cpanel):\n    return {"seed": 1 / 0}\n',
+    "_helper": "def section(cpanel):\n    return {'size': cpanel['size']}\n",
+    "uses_helper": "from params._helper import section\n\ncpanel = {'seed': 0}\n\n\n"
+    "def gen_params(cpanel):\n    return {'runner': section(cpanel)}\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "params.broken",
+            "params module 'params.broken' does not load: SyntaxError: '{' was never closed (params/broken.py, line 1)",
+        ),
+        (
+            "params.raising",
+            "gen_params() of 'params.raising' failed: ZeroDivisionError: division by zero (params/raising.py, line 5)",
+        ),
+        (  # raised in a helper beside the file: the helper's line
+            "params.uses_helper",
+            "gen_params() of 'params.uses_helper' failed: KeyError: 'size' (params/_helper.py, line 2)",
+        ),
+        (
+            "elsewhere/raising.py",
+            "gen_params() of 'raising' failed: ZeroDivisionError: division by zero (elsewhere/raising.py, line 5)",
+        ),
+    ],
+)
+def test_a_parameter_file_that_fails_is_named_with_its_line(params_project, name, message):
+    (params_project / "elsewhere").mkdir()
+    for stem, text in BROKEN_FILES.items():
+        (params_project / "params" / f"{stem}.py").write_text(text)
+    (params_project / "elsewhere" / "raising.py").write_text(BROKEN_FILES["raising"])
+    assert_refused(run_main(params_project, "--params", name, "--no-prefect"), message, params_project)
+
+
+@pytest.mark.parametrize(
+    ("cpanel", "message"),
+    [
+        ({"epoch_size": 0}, "cpanel key 'epoch_size' must be at least 1, got 0"),
+        ({"n_steps": -5}, "cpanel key 'n_steps' must be at least 1, got -5"),
+        ({"lr": -1}, "cpanel key 'lr' must be greater than 0, got -1.0"),
+        ({"number_epochs": -3}, "cpanel key 'number_epochs' must be at least 1, got -3"),
+    ],
+)
+def test_sizes_and_counts_out_of_bounds_are_refused_before_anything_is_written(
+    sac_project, run_env, cpanel, message
+):
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "-m", "digideep.main", "--params", "params.pendulum_sac", "--no-prefect",
+         "--cpanel", json.dumps(cpanel)],
+        cwd=sac_project, capture_output=True, text=True, timeout=300,
+        env={**run_env, "DIGIDEEP_MAX_ITERATIONS": "1"},  # should a refusal regress: one iteration, not ten epochs
+    )  # fmt: skip
+    assert_refused(result, message, sac_project)
+
+
+def test_a_session_path_that_is_a_file_is_refused(params_project):
+    (params_project / "taken").write_text("a file")
+    assert_refused(
+        run_main(params_project, "--params", "params.demo", "--no-prefect", "--session-path", "taken"),
+        "--session-path 'taken' is a file, not a folder; pass a folder to hold the sessions",
+        params_project,
+    )
+    assert_refused(
+        run_main(
+            params_project, "--params", "params.demo", "--no-prefect", "--session-path", "taken/sessions"
+        ),
+        "--session-path 'taken/sessions' lies below 'taken', which is a file, not a folder; "
+        "pass a folder to hold the sessions",
+        params_project,
+    )
+    assert (params_project / "taken").read_text() == "a file"
+
+
+def _as_user(args):
+    """``args`` run without root's right to write anywhere: as is for another user; for root in a
+    user namespace of its own (``unshare -U``), where file permissions hold for it too."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return list(args)
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-U", "true"]).returncode != 0:
+        pytest.skip("running as root without 'unshare -U': a read-only folder is writable for root")
+    return ["unshare", "-U", *args]
+
+
+def test_a_read_only_session_path_is_refused(params_project):
+    locked = params_project / "locked"
+    locked.mkdir(mode=0o555)
+    result = subprocess.run(
+        _as_user([sys.executable, "-m", "digideep.main", "--params", "params.demo", "--no-prefect",
+                  "--session-path", "locked/sessions"]),
+        cwd=params_project, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    message = (
+        "--session-path 'locked/sessions' cannot be written (no write permission on 'locked'); "
+        "pass a folder you can write to"
+    )
+    assert_refused(result, message, params_project)
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "/tmp/x"])
+def test_a_session_name_is_one_folder_name(params_project, name):
+    result = run_main(params_project, "--params", "params.demo", "--no-prefect", "--session-name", name)
+    message = (
+        f"session name '{name}' must be one folder name, with no '/' and not '..'; "
+        "choose the folder with --session-path and the name with --session-name, e.g. my-run"
+    )
+    assert_refused(result, message, params_project)
+    assert not (params_project / "x").exists()  # where ../../x would have gone
+
+
+def test_an_mlflow_server_that_does_not_answer_leaves_nothing(sac_project, run_env):
+    from tests.helpers import free_port
+
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for driver in (["--no-prefect"], []):  # the plain loop, and the Prefect flow
+        result = subprocess.run(
+            [sys.executable, "-m", "digideep.main", "--params", "params.pendulum_sac", "--session-name", "m1",
+             "--cpanel", SMALL_RUN, *driver],
+            cwd=sac_project, capture_output=True, text=True, timeout=300,
+            env={**run_env, "MLFLOW_TRACKING_URI": uri, "DIGIDEEP_MAX_ITERATIONS": "1"},
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.startswith(f"digideep: error: MLflow tracking at {uri} does not answer (")
+        assert result.stderr.endswith(
+            "; check that the server is reachable, point MLFLOW_TRACKING_URI at one that is, or turn tracking off\n"
+        )
+        assert result.stderr.count("\n") == 1
+        assert not (sac_project / "data").exists()  # no session: the same command works once the server is up
+
+
+RESUME_REFUSAL = (
+    "cannot be used with resume: a resumed session keeps its own name, params, cpanel and description "
+    "(its params.json); to change them, train a new session with --params"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "given"),
+    [
+        (["--resume", "s1", "--cpanel", '{"seed": 1}'], "--cpanel"),
+        (["--resume", "s1", "--params", "params.demo"], "--params"),
+        (["--resume", "s1", "--session-name", "s2"], "--session-name"),
+        (
+            ["--resume", "s1", "--params", "params.demo", "--cpanel", "{}", "--msg", "x"],
+            "--params and --cpanel and --msg",
+        ),
+    ],
+)
+def test_resume_refuses_the_options_of_a_new_run(params_project, args, given):
+    assert_refused(run_main(params_project, *args), f"{given} {RESUME_REFUSAL}", params_project)
+
+
+def test_the_resume_command_refuses_the_options_of_a_new_run(params_project):
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from digideep.main import cli; sys.exit(cli(sys.argv[1:]))",
+         "resume", "s1", "--cpanel", '{"seed": 1}', "--session-name", "s2"],
+        cwd=params_project, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_refused(result, f"--cpanel and --session-name {RESUME_REFUSAL}", params_project)

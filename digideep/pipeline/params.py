@@ -17,14 +17,17 @@ import difflib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from digideep.errors import UsageError
+from digideep.pipeline.param_bounds import check_sizes, check_tree_sizes
 
 __all__ = [
     "ResolvedParams",
@@ -34,6 +37,8 @@ __all__ = [
     "parse_cpanel",
     "resolve_params",
 ]
+
+log = logging.getLogger(__name__)
 
 PARAMS_PACKAGE = "params"
 
@@ -118,7 +123,10 @@ def _load_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None  # a .py file always has a source loader
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        raise _user_code_error(f"params module '{path.stem}' does not load", error, str(path)) from None
     return module
 
 
@@ -152,6 +160,9 @@ def load_params_module(name: str) -> ModuleType:
                 or "none found (no params package under the current folder or installed)"
             )
             raise UsageError(f"params module '{module_name}' not found; available: {choices}") from None
+        except Exception as error:  # a syntax error, or an exception while the file runs
+            file = _origin(module_name)
+            raise _user_code_error(f"params module '{module_name}' does not load", error, file) from None
     if not isinstance(getattr(module, "cpanel", None), dict) or not callable(
         getattr(module, "gen_params", None)
     ):
@@ -234,11 +245,10 @@ def resolve_params(
     module = load_params_module(name)
     requested = {**parse_cpanel(cpanel_json), **(overrides or {})}
     cpanel = apply_cpanel(module.cpanel, requested)
-    params = module.gen_params(dict(cpanel))
-    if not isinstance(params, dict):
-        raise UsageError(
-            f"gen_params() of '{module.__name__}' returned {type(params).__name__}, expected dict"
-        )
+    check_sizes(cpanel)  # before gen_params: num_workers 0 would divide by zero there
+    params = _generate(module, cpanel)
+    file = getattr(module, "__file__", None)
+    check_tree_sizes(module, cpanel, requested, params, _shown(file) if file else None)
     _check_session_device(module.__name__, params)
     return ResolvedParams(
         module=module.__name__, cpanel=cpanel, params=params, file=getattr(module, "__file__", None)
@@ -261,3 +271,63 @@ def _check_session_device(module: str, params: dict[str, Any]) -> None:
         check_device(device)
     except UsageError as error:
         raise UsageError(f"session.device of '{module}': {error}") from None
+
+
+def _origin(module_name: str) -> str | None:
+    """The file of module ``module_name`` (None when its package does not import either)."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # the package's own __init__ fails: the error names its file anyway
+        return None
+    return spec.origin if spec is not None else None
+
+
+def _generate(module: ModuleType, cpanel: dict[str, Any]) -> dict[str, Any]:
+    """``module.gen_params(cpanel)``, checked to be a dict.
+
+    Raises:
+        UsageError: gen_params raised (naming the file, the line and the error) or returned no dict.
+    """
+    try:
+        params = module.gen_params(dict(cpanel))
+    except Exception as error:
+        raise _user_code_error(
+            f"gen_params() of '{module.__name__}' failed", error, getattr(module, "__file__", None)
+        ) from None
+    if not isinstance(params, dict):
+        raise UsageError(
+            f"gen_params() of '{module.__name__}' returned {type(params).__name__}, expected dict"
+        )
+    return params
+
+
+def _user_code_error(what: str, error: Exception, file: str | None) -> UsageError:
+    """One line for an exception raised by a parameter file: ``<what>: <error> (<file>, line <n>)``.
+
+    The line is where a syntax error is, or the innermost frame of the traceback in the parameter
+    file's folder (its helpers, such as ``params/_common.py``), else in the file's code anywhere.
+    The traceback is logged at DEBUG level (``--log-level DEBUG``).
+    """
+    log.debug("%s", what, exc_info=error)
+    if isinstance(error, SyntaxError):
+        where: tuple[str | None, int | None] = (error.filename, error.lineno)
+        text = f"{type(error).__name__}: {error.msg}"
+    else:
+        frames = traceback.extract_tb(error.__traceback__)
+        folder = Path(file).resolve().parent if file else None
+        near = [f for f in frames if folder is not None and Path(f.filename).resolve().parent == folder]
+        frame = (near or frames)[-1] if frames else None
+        where = (frame.filename, frame.lineno) if frame is not None else (file, None)
+        lines = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    filename, line = where
+    place = f" ({_shown(filename)}, line {line})" if filename and line else ""
+    return UsageError(f"{what}: {text}{place}")
+
+
+def _shown(filename: str) -> str:
+    """``filename`` relative to the current folder when it lies below it, else as it is."""
+    try:
+        return str(Path(filename).resolve().relative_to(_search_root().resolve()))
+    except ValueError:
+        return filename

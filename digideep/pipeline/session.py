@@ -62,10 +62,11 @@ from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
 from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease, exit_process
+from digideep.pipeline.lease_store import LEASE_FILE
 from digideep.utility.files import atomic_write_bytes, atomic_write_json
 from digideep.utility.location import Location
 
-__all__ = ["Session", "default_session_name"]
+__all__ = ["Session", "check_session_name", "check_session_root", "default_session_name"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,45 @@ LEASE_TTL_VARIABLE = "DIGIDEEP_LEASE_TTL"
 def default_session_name(params_name: str) -> str:
     """``<YYYYmmdd-HHMMSS>-<params name>``, e.g. ``20261121-203000-pendulum_sac``."""
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{params_name.rsplit('.', 1)[-1]}"
+
+
+def check_session_name(name: str) -> None:
+    """Refuse a new session's name that is not one folder name (it would land outside the root).
+
+    Raises:
+        UsageError: the name is empty, ``.`` or ``..``, or holds a ``/`` or ``\\``.
+    """
+    if name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise UsageError(
+            f"session name '{name}' must be one folder name, with no '/' and not '..'; "
+            "choose the folder with --session-path and the name with --session-name, e.g. my-run"
+        )
+
+
+def check_session_root(root: str | Path) -> None:
+    """Refuse a local folder of sessions that is a file, lies below one, or cannot be written.
+
+    Runs before anything is written; a URL root is probed by :meth:`Location.check` instead.
+
+    Raises:
+        UsageError: one line naming the path and what is wrong with it.
+    """
+    location = Location(root)
+    if location.local is None:
+        return
+    existing = location.local
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the nearest folder that exists: the sessions are made below it
+    if existing.exists() and not existing.is_dir():
+        where = "is" if existing == location.local else f"lies below '{existing}', which is"
+        raise UsageError(
+            f"--session-path '{root}' {where} a file, not a folder; pass a folder to hold the sessions"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"--session-path '{root}' cannot be written (no write permission on '{existing}'); "
+            "pass a folder you can write to"
+        )
 
 
 class Session:
@@ -119,6 +159,9 @@ class Session:
         self._device_arg = device
         self.device_request: str = requested_device(device, None)  # checked before touching disk
         self.name = name or default_session_name(params_name)
+        if not resume:
+            check_session_name(self.name)
+            check_session_root(root)
         root_location = Location(root)
         root_location.check()  # a URL's store answers, before anything is written
         self.location = root_location / self.name
@@ -141,6 +184,7 @@ class Session:
         self._lease: Any = None
         self._log_handler: logging.Handler | None = None
         self._locked = lock
+        self._new_parents = [folder for folder in self.path.parents if not folder.exists()]  # for discard
         if self.remote:
             self._open_remote(resume, lock)
         else:
@@ -157,6 +201,10 @@ class Session:
         except FileExistsError:  # another starter created it since the check above
             raise UsageError(
                 f"session '{self.path}' already exists; resume it or choose another --session-name"
+            ) from None
+        except OSError as error:  # the root became unwritable since the check above, or a read-only disk
+            raise UsageError(
+                f"cannot create session '{self.path}' ({error.strerror}); pass a --session-path you can write to"
             ) from None
         if lock:
             try:
@@ -388,6 +436,35 @@ class Session:
             self._owner_path.unlink(missing_ok=True)  # still ours: the kernel lock is held until below
             self._lock.release()
             self._locked = False
+
+    def discard(self) -> None:
+        """Close a new session that failed to start and delete it: its name is free again.
+
+        For a start that failed before any training (a tracking server that does not answer, an
+        agent that cannot be built): nothing of it stays, neither the folder (nor the empty folders
+        made for it, such as ``data/sessions``) nor, for a URL session, its files, working folder or
+        lease. Never call it on a session with checkpoints.
+        """
+        if self._log_handler is not None:  # detached first: a URL session's close uploads the log
+            logging.getLogger().removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+        if self.remote:  # the files first, then the lease (``.lease.json``), so no one opens it meanwhile
+            for child in self.location.children():
+                if child.name != LEASE_FILE:
+                    child.delete()
+            self.close()
+        else:
+            for child in self.path.iterdir():  # held locked until only the lock files are left
+                if child.name not in (".lock", ".lock.json"):
+                    Location(child).delete()
+            self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        for folder in self._new_parents:  # the folders made for it (data/sessions), unless used since
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def __enter__(self) -> Session:
         return self

@@ -102,6 +102,7 @@ def open_run(
         params_name=resolved.module,
         torch_threads=resolved.params.get("session", {}).get("torch_threads"),
     )
+    runner = None
     try:
         folders = code_folders(resolved.params, resolved.module, resolved.file)
         session.write_params(resolved.module, resolved.cpanel, resolved.params, import_paths=folders)
@@ -109,12 +110,20 @@ def open_run(
             session.update_info(description=description)
             tags = {**(tags or {}), NOTE_TAG: description}
         journal = MetricsJournal(session.path / JOURNAL_FILE)
-        tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
-        runner = Runner(session, resolved.params, tracker=tracker, journal=journal)
+        # built before the MLflow run starts: a start that fails leaves neither a run nor a session
+        runner = Runner(session, resolved.params, journal=journal)
+        runner.tracker = tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        session.discard()
+        raise
+    try:
         if tracker is not None:
             tracker.log_params(runner.resolved_settings())
         return RunHandle(session, runner, tracker, None)
     except BaseException:
+        runner.close()
         session.close()
         raise
 

@@ -1,6 +1,7 @@
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -199,3 +200,29 @@ def test_a_session_closed_by_another_thread_is_released(tmp_path):
     closer.join()
     with Session(root=tmp_path, name="s", resume=True):
         pass
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "."])
+def test_a_new_session_is_one_folder_under_its_root(tmp_path, name):
+    with pytest.raises(UsageError, match=f"session name '{re.escape(name)}' must be one folder name"):
+        Session(root=tmp_path / "sessions", name=name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_root_that_is_a_file_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "file").write_text("kept")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        Session(root=tmp_path / "file", name="s")
+    with pytest.raises(UsageError, match=r"lies below '.*file', which is a file"):
+        Session(root=tmp_path / "file" / "sessions", name="s")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "kept"
+
+
+def test_discard_deletes_a_new_session_and_the_empty_folders_made_for_it(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("")
+    session = Session(root=tmp_path / "data" / "sessions" / "more", name="s")
+    session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
+    session.discard()
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["keep.txt"]
+    Session(root=tmp_path / "data" / "sessions" / "more", name="s").close()  # the name is free again
