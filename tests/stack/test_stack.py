@@ -127,8 +127,12 @@ def test_a_deployment_run_from_the_readme_completes_with_its_artifacts_in_s3_and
     assert any(key.endswith("states.pt") and run.info.run_id in key for key in keys), keys
 
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    with get_client(sync_client=True) as prefect_client:
+    # explicit settings: a worker process of the suite may hold a Prefect settings context of its own
+    api = {PREFECT_API_URL: stack.client_env["PREFECT_API_URL"]}
+    api[PREFECT_API_AUTH_STRING] = stack.client_env["PREFECT_API_AUTH_STRING"]
+    with temporary_settings(updates=api), get_client(sync_client=True) as prefect_client:
         flow_run = prefect_client.read_flow_run(run_id)
     secrets = [value.split(":", 1)[-1] for key, value in stack.secrets.items() if key != "MLFLOW_TRACKING_USERNAME"
                and key != "AWS_ACCESS_KEY_ID"]  # fmt: skip
