@@ -257,6 +257,10 @@ def command_resume(args: argparse.Namespace) -> int:
             "description (its params.json); to change them, train a new session with --params"
         )
     root, name = _split_session(args.session, args.session_path)
+    location = Location(root)
+    if not _session_exists(location, name):  # before a Prefect server and a flow run are started for it
+        listing = f"'ls {root}'" if location.is_local else f"'aws s3 ls {location.url}/'"
+        raise UsageError(f"session '{(location / name).url}' does not exist; list sessions with {listing}")
     return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
 

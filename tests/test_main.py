@@ -437,3 +437,28 @@ def test_the_resume_command_refuses_the_options_of_a_new_run(params_project):
         cwd=params_project, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert_refused(result, f"--cpanel and --session-name {RESUME_REFUSAL}", params_project)
+
+
+def test_runs_help_lists_its_commands():
+    result = subprocess.run(
+        [sys.executable, "-c", "from digideep.main import cli; cli(['runs', '--help'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    for command in ("runs compare", "runs register", "runs sync", "runs ui"):
+        assert f"digideep {command}" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("entry", [["resume", "nope"], ["--resume", "nope"]], ids=["digideep", "main"])
+def test_resuming_a_session_that_does_not_exist_is_one_line_without_a_prefect_server(params_project, entry):
+    code = f"from digideep.main import {'cli' if entry[0] == 'resume' else 'main'} as run; raise SystemExit(run({entry!r}))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=params_project, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "digideep: error: session 'data/sessions/nope' does not exist; list sessions with 'ls data/sessions'\n"
+    )
+    assert not (params_project / "data").exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -312,9 +313,22 @@ STORE_HELP = (
 )
 
 
+SUBCOMMANDS = """commands:
+  digideep runs [--experiment E]                 list the runs of every experiment (or of E)
+  digideep runs compare RUN|EXPERIMENT|STUDY...  plot their learning curves into a PNG
+  digideep runs register RUN [--name N]          register a run's policy as an MLflow model
+  digideep runs sync SESSION                     send what a session's MLflow run lacks (after an outage)
+  digideep runs ui [--port P]                    start the MLflow UI on 127.0.0.1
+
+'digideep runs COMMAND --help' shows a command's options."""
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=f"digideep runs{' ' + command if command else ''}", description=STORE_HELP
+        prog=f"digideep runs{' ' + command if command else ''}",
+        description=textwrap.fill(STORE_HELP, 100),
+        epilog=None if command else SUBCOMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
