@@ -498,6 +498,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     # flows and shipped params are installed packages and import from any folder.
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    # a temporary Prefect server started for the run must not try to send telemetry: off-line it
+    # logs an ERROR line (the Makefile sets the same); a user's own setting wins
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
         with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
             return func(args)

@@ -462,3 +462,23 @@ def test_resuming_a_session_that_does_not_exist_is_one_line_without_a_prefect_se
         "digideep: error: session 'data/sessions/nope' does not exist; list sessions with 'ls data/sessions'\n"
     )
     assert not (params_project / "data").exists()
+
+
+def test_the_cli_turns_prefect_telemetry_off_unless_the_user_chose(monkeypatch):
+    """Off-line, a temporary Prefect server's telemetry logs an ERROR line at every run."""
+    import argparse
+    import os
+
+    from digideep.main import _run
+
+    def seen(args):
+        args.value = os.environ.get("PREFECT_SERVER_ANALYTICS_ENABLED")
+        return 0
+
+    monkeypatch.delenv("PREFECT_SERVER_ANALYTICS_ENABLED", raising=False)
+    args = argparse.Namespace(log_level="WARNING")
+    _run(seen, args)
+    assert args.value == "false"
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "true")
+    _run(seen, args)
+    assert args.value == "true"
