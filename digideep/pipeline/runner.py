@@ -113,7 +113,7 @@ class Runner(RunnerStateMixin):
         self.built = components.build(session, params, modes=modes)
         self.agents = self.built.agents
         for name, agent in self.agents.items():
-            if agent.update_mode is not None:
+            if agent.update_mode is not None and "train" in modes:  # (play builds agents that never learn)
                 log.info(
                     "agent '%s': the update runs %s (%s)", name, agent.update_mode, agent.update_mode_reason
                 )

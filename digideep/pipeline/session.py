@@ -193,7 +193,8 @@ class Session:
             self._attach_log_file()
         if torch_threads:
             torch.set_num_threads(torch_threads)
-        log.info("session %s (%s), device %s", self.url, "resumed" if resume else "new", self.device_request)
+        how = ("resumed" if lock else "opened to read") if resume else "new"
+        log.info("session %s (%s), device %s", self.url, how, self.device_request)
 
     def _open_local(self, resume: bool, lock: bool) -> None:
         try:

@@ -187,6 +187,20 @@ def test_bad_checkpoints_give_one_line_exit_2_and_change_nothing(
     assert after == before
 
 
+@pytest.mark.parametrize("given", ["folder", "name"])
+def test_play_of_a_session_plays_its_newest_whole_checkpoint(tmp_path, trained, run_env, given):
+    """``digideep play <session folder>`` or ``play <name> --session-path P``: the newest whole checkpoint
+    (it said the checkpoint was incomplete)."""
+    newest = latest_checkpoint(trained / "checkpoints").path
+    target = [str(trained)] if given == "folder" else [trained.name, "--session-path", str(trained.parent)]
+    args = [sys.executable, "-c", "from digideep.main import cli; raise SystemExit(cli())", "play", *target]
+    result = subprocess.run([*args, "--episodes", "1"], cwd=tmp_path, env=run_env, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"playing the session's newest checkpoint, {newest}" in result.stderr
+    assert "mean return" in result.stdout and "(resumed)" not in result.stderr
+
+
 def test_play_with_video_writes_mp4s_and_attaches_them_to_the_mlflow_run(
     tmp_path, trained, mlflow_uri, device
 ):
