@@ -60,7 +60,12 @@ def plot_learning_curves(
     if title:
         axes.set_title(title)
     axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
+    # below the axes, never over the curves: one column per label up to three
+    axes.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize="small", ncol=min(3, len(curves)),
+        frameon=False,
+    )  # fmt: skip
+    figure.set_size_inches(8, 4.5 + 0.25 * ((len(curves) + 2) // 3))
     figure.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     png = io.BytesIO()

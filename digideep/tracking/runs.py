@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 DEFAULT_RETURN_METRIC = "explore/train/episode_return"
+COMPARE_METRIC = "explore/test/episode_return"
+"""What ``runs compare`` plots by default: the deterministic test return, the score a run is judged by."""
 TEST_RETURN_METRIC = "explore/test/episode_return"
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "optuna.study"
@@ -246,7 +248,7 @@ def write_learning_curve(
 
 def compare_runs(
     run_ids: Sequence[str],
-    metric: str = DEFAULT_RETURN_METRIC,
+    metric: str = COMPARE_METRIC,
     out_png: str | Path = "runs_compare.png",
     tracking_uri: str | None = None,
     *,
@@ -345,13 +347,17 @@ def _parser(command: str) -> argparse.ArgumentParser:
         help="folder of the embedded store (default: %(default)s)",
     )
     parser.add_argument(
-        "--metric", default=DEFAULT_RETURN_METRIC, help="return metric (default: %(default)s)"
+        "--metric",
+        default=COMPARE_METRIC if command == "compare" else DEFAULT_RETURN_METRIC,
+        help="return metric (default: %(default)s)",
     )
     if command == "compare":
         parser.add_argument(
             "run_ids", nargs="+", metavar="RUN", help="run ids, experiment names or tune study names"
         )
-        parser.add_argument("--out", default="runs_compare.png", help="PNG to write (default: %(default)s)")
+        parser.add_argument(
+            "--out", help="PNG to write (default: runs_compare.png in the data folder, beside the store)"
+        )
     elif command == "register":
         parser.add_argument("run_id", metavar="RUN", help="a run id from 'digideep runs'")
         parser.add_argument("--name", help="registered model name (default: the run's experiment name)")
@@ -386,7 +392,8 @@ def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int
     if command == "register":
         return _register(client, args, out)
     if command == "compare":
-        png = compare_runs(args.run_ids, args.metric, args.out, client=client)
+        target = args.out or Path(args.data_root) / "runs_compare.png"
+        png = compare_runs(args.run_ids, args.metric, target, client=client)
         out.write(f"wrote {png}\n")
         return 0
     names = [args.experiment] if args.experiment else _experiments_with_runs(client)

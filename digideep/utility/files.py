@@ -21,10 +21,15 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
+
+    The file gets the permissions ``open()`` would give a new file (``0o666`` less the umask), not
+    the owner-only ones of the temporary file it is written as.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()
@@ -34,6 +39,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it, which races with threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

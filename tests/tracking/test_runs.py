@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from pathlib import Path
 
@@ -91,6 +92,27 @@ def test_compare_writes_a_png_of_learning_curves(store: str, make_params, tmp_pa
 
     curve = write_learning_curve(run_ids[0], tmp_path / "one.png", tracking_uri=store)
     assert curve is not None and curve.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_compare_plots_the_test_return_under_the_data_folder_readable_by_others(
+    store: str, make_params, tmp_path: Path, monkeypatch
+) -> None:
+    """Its defaults: the test return (the score a run is judged by), a PNG beside the store rather
+    than in the current folder, with the permissions of any new file (it was owner-only)."""
+    _, run_ids = _two_runs(store, make_params)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    assert main_runs(["compare", *run_ids, "--tracking-uri", store, "--data-root", "here"], out=out) == 0
+    png = tmp_path / "here" / "runs_compare.png"
+    assert out.getvalue() == f"wrote {Path('here') / 'runs_compare.png'}\n"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE and list(tmp_path.glob("*.png")) == []
+    assert png.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_bad_input_is_one_line(sqlite_uri: str, make_params, tmp_path: Path, unused_uri: str) -> None:
