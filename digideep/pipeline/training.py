@@ -310,15 +310,25 @@ class TaskGranularity:
         in_thread = statistics.median(self._overhead)
         cost = len(ITERATION_STAGES) * (in_thread + self.server_seconds)
         self.per_iteration = cost > self.budget * work
-        log.info(
-            "tasks=auto: %s; an iteration does %.3f s of work, and a task per stage would cost "
-            "%d x (%.1f ms in the flow's thread + %.1f ms on the server) = %.1f %% of it (budget %.0f %%)",
-            "a task per iteration" if self.per_iteration else "a task per stage",
-            work,
+        if self.per_iteration:
+            log.info(
+                "one Prefect task per iteration: iterations are short (%.0f ms of work), and a task per "
+                "stage would add about %.0f %% to each",
+                1e3 * work,
+                100 * cost / work,
+            )
+        else:
+            log.info(
+                "one Prefect task per stage: iterations are long enough (%.0f ms of work) that the tasks "
+                "add about %.1f %% to each",
+                1e3 * work,
+                100 * cost / work,
+            )
+        log.debug(
+            "tasks=auto: %d stages x (%.1f ms in the flow's thread + %.1f ms on the server), budget %.0f %%",
             len(ITERATION_STAGES),
             1e3 * in_thread,
             1e3 * self.server_seconds,
-            100 * cost / work,
             100 * self.budget,
         )
         return self.per_iteration

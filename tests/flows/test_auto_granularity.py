@@ -41,7 +41,7 @@ def test_auto_switches_short_iterations_to_a_task_each_and_trains_what_the_plain
     run_training(open_run("params.cartpole_ppo", dict(SHORT), session_name="plain", session_path=sessions))
 
     log = (sessions / "auto" / "log.txt").read_text()
-    assert log.count("tasks=auto: a task per iteration") == 1, log
+    assert log.count("one Prefect task per iteration: iterations are short") == 1, log
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
