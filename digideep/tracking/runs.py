@@ -20,6 +20,8 @@ of runs trained with ``--session-path P`` (:func:`~digideep.tracking.naming.data
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -440,11 +442,14 @@ def _run_ui(tracking_uri: str | None, data_root: str, port: int) -> int:
     command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     if artifacts:
         command += ["--artifacts-destination", artifacts]
+    # MLflow's job runner (for GenAI jobs digideep never submits) is 8 more processes importing mlflow,
+    # which print KeyboardInterrupt tracebacks when the UI stops during their start; a user's setting wins
+    environment = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     with stop_on_signals():  # Ctrl-C, SIGTERM and SIGHUP stop mlflow ui and its workers
-        ui = subprocess.Popen(command, start_new_session=True)
+        ui = subprocess.Popen(command, start_new_session=True, env=environment)
         try:
             return ui.wait()
         except KeyboardInterrupt:
             return 130
         finally:
-            stop_tree(ui)
+            stop_tree(ui, first=signal.SIGTERM)

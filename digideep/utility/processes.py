@@ -55,11 +55,12 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
+def stop_tree(process: subprocess.Popen, grace: float = 20.0, first: int = signal.SIGINT) -> None:
     """Stop ``process`` (started with ``start_new_session=True``) and every process it started.
 
-    SIGINT goes to its process group (servers shut down cleanly on it); whatever of the tree still
-    runs after ``grace`` seconds is killed.
+    ``first`` (SIGINT by default: servers shut down cleanly on it) goes to its process group; whatever
+    of the tree still runs after ``grace`` seconds is killed. Uvicorn servers (MLflow's) take SIGTERM:
+    after a clean shutdown on SIGINT they raise it again and print a KeyboardInterrupt traceback.
     """
     try:
         leader = psutil.Process(process.pid)
@@ -67,7 +68,7 @@ def stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
     except psutil.NoSuchProcess:
         tree = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, first)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace)
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -82,31 +82,25 @@ def test_sigterm_to_local_stack_stops_server_worker_and_their_children(tmp_path)
             process.kill()
 
 
-def test_sighup_to_runs_ui_stops_mlflow_ui_and_its_workers(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT], ids=["SIGHUP", "Ctrl-C"])
+def test_a_signal_to_runs_ui_stops_mlflow_ui_and_its_workers_without_a_traceback(tmp_path, signum):
     port = free_port()
     (tmp_path / "data").mkdir()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from digideep.main import cli; sys.exit(cli())",
-            "runs",
-            "ui",
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
-        env=environment(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: answers(f"http://127.0.0.1:{port}/"), process, "mlflow ui")
-        stop_and_check_tree(process, signal.SIGHUP)
-        assert not answers(f"http://127.0.0.1:{port}/")
-    finally:
-        if process.poll() is None:
-            process.kill()
+    output = tmp_path / "output.txt"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from digideep.main import cli; sys.exit(cli())",
+             "runs", "ui", "--port", str(port)],
+            cwd=tmp_path, env=environment(tmp_path), stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: answers(f"http://127.0.0.1:{port}/"), process, "mlflow ui")
+            stop_and_check_tree(process, signum)
+            assert not answers(f"http://127.0.0.1:{port}/")
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert "Traceback" not in output.read_text(errors="replace"), output.read_text(errors="replace")[-3000:]
 
 
 @pytest.mark.parametrize(
