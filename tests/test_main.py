@@ -38,16 +38,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(params_project, args, 
     assert not (params_project / "data").exists()
 
 
-def test_console_script_help_lists_the_subcommands(params_project):
+@pytest.mark.parametrize(
+    ("argv", "commands"),
+    [
+        (["--help"], ("train", "resume", "play", "runs")),
+        (["runs", "--help"], ("runs compare", "runs register", "runs sync", "runs ui")),
+    ],
+    ids=["digideep", "digideep runs"],
+)
+def test_console_script_help_lists_the_subcommands(argv, commands):
     result = subprocess.run(
-        [sys.executable, "-c", "from digideep.main import cli; cli(['--help'])"],
+        [sys.executable, "-c", f"from digideep.main import cli; cli({argv!r})"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0
-    for command in ("train", "resume", "play", "runs"):
-        assert command in result.stdout
+    for command in commands:
+        assert command in result.stdout, result.stdout
 
 
 def test_existing_session_name_is_refused_without_touching_it(params_project):
@@ -437,18 +445,6 @@ def test_the_resume_command_refuses_the_options_of_a_new_run(params_project):
         cwd=params_project, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert_refused(result, f"--cpanel and --session-name {RESUME_REFUSAL}", params_project)
-
-
-def test_runs_help_lists_its_commands():
-    result = subprocess.run(
-        [sys.executable, "-c", "from digideep.main import cli; cli(['runs', '--help'])"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0
-    for command in ("runs compare", "runs register", "runs sync", "runs ui"):
-        assert f"digideep {command}" in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize("entry", [["resume", "nope"], ["--resume", "nope"]], ids=["digideep", "main"])
