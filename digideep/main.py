@@ -37,7 +37,12 @@ from typing import Any
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
 from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.pipeline.session import DEFAULT_ROOT, check_session_name, check_session_root
+from digideep.pipeline.session import (
+    DEFAULT_ROOT,
+    check_session_exists,
+    check_session_name,
+    check_session_root,
+)
 from digideep.utility.location import Location, is_url
 from digideep.utility.progress import console_handler
 
@@ -257,10 +262,7 @@ def command_resume(args: argparse.Namespace) -> int:
             "description (its params.json); to change them, train a new session with --params"
         )
     root, name = _split_session(args.session, args.session_path)
-    location = Location(root)
-    if not _session_exists(location, name):  # before a Prefect server and a flow run are started for it
-        listing = f"'ls {root}'" if location.is_local else f"'aws s3 ls {location.url}/'"
-        raise UsageError(f"session '{(location / name).url}' does not exist; list sessions with {listing}")
+    check_session_exists(root, name)  # before a Prefect server and a flow run are started for it
     return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
 

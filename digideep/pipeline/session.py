@@ -66,7 +66,13 @@ from digideep.pipeline.lease_store import LEASE_FILE
 from digideep.utility.files import atomic_write_bytes, atomic_write_json
 from digideep.utility.location import Location
 
-__all__ = ["Session", "check_session_name", "check_session_root", "default_session_name"]
+__all__ = [
+    "Session",
+    "check_session_exists",
+    "check_session_name",
+    "check_session_root",
+    "default_session_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +102,19 @@ def check_session_name(name: str) -> None:
             f"session name '{name}' must be one folder name, with no '/' and not '..'; "
             "choose the folder with --session-path and the name with --session-name, e.g. my-run"
         )
+
+
+def check_session_exists(root: str | Path, name: str) -> None:
+    """Refuse to reopen a session that is not there (a folder, or a prefix on object storage).
+
+    Raises:
+        UsageError: one line with the command that lists the sessions.
+    """
+    root_location = Location(root)
+    location = root_location / name
+    if not location.is_dir():
+        listing = f"'ls {root}'" if location.is_local else f"'aws s3 ls {root_location.url}/'"
+        raise UsageError(f"session '{location.url}' does not exist; list sessions with {listing}")
 
 
 def check_session_root(root: str | Path) -> None:
@@ -170,11 +189,9 @@ class Session:
         self.path = (
             self.location.local if self.location.local is not None else _working_folder(self.url, self.name)
         )
-        exists = self.location.is_dir() if self.remote else self.path.is_dir()
-        if resume and not exists:
-            listing = f"'aws s3 ls {root_location.url}/'" if self.remote else f"'ls {root}'"
-            raise UsageError(f"session '{self.url}' does not exist; list sessions with {listing}")
-        if not resume and (exists if self.remote else self.path.exists()):
+        if resume:
+            check_session_exists(root, self.name)
+        elif self.location.is_dir() if self.remote else self.path.exists():
             raise UsageError(
                 f"session '{self.url}' already exists; resume it or choose another --session-name"
             )
