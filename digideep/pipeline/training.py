@@ -118,7 +118,7 @@ def open_run(
             runner.close()
         session.discard()
         raise
-    try:
+    try:  # the MLflow run exists now: a failure here keeps the session (its run names it)
         if tracker is not None:
             tracker.log_params(runner.resolved_settings())
         return RunHandle(session, runner, tracker, None)
@@ -154,18 +154,27 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         (session.path / "memory").mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
-        tracker = _open_tracker(session, params, cpanel, tags, journal)
-        runner = Runner(session, params, tracker=tracker, journal=journal)
-        if tracker is not None:
-            tracker.log_params(runner.resolved_settings())
-        return RunHandle(session, runner, tracker, None)
+        runner = Runner(session, params, journal=journal)
+        return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None)
     log.info("resuming session %s from %s", session.url, found.path)
     # a damaged checkpoint fails here, before tracking starts; the journal is rewound to it
     runner = Runner.from_checkpoint(session, found.path)
+    return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), found.path)
+
+
+def _track(
+    runner: Runner,
+    session: Session,
+    params: dict[str, Any],
+    cpanel: dict[str, Any],
+    tags: dict[str, str] | None,
+) -> Any:
+    """Open the run's MLflow tracker (None with tracking off), hand it to ``runner`` and record what
+    the params left to the machine, as it was decided (each agent's resolved update mode)."""
     runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
     if tracker is not None:
         tracker.log_params(runner.resolved_settings())
-    return RunHandle(session, runner, tracker, found.path)
+    return tracker
 
 
 def _open_tracker(
