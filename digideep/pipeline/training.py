@@ -170,8 +170,13 @@ def _track(
     tags: dict[str, str] | None,
 ) -> Any:
     """Open the run's MLflow tracker (None with tracking off), hand it to ``runner`` and record what
-    the params left to the machine, as it was decided (each agent's resolved update mode)."""
-    runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
+    the params left to the machine, as it was decided (each agent's resolved update mode). A tracker
+    that cannot start closes the Runner (its environments) before the error goes on."""
+    try:
+        runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
+    except BaseException:
+        runner.close()
+        raise
     if tracker is not None:
         tracker.log_params(runner.resolved_settings())
     return tracker
