@@ -250,9 +250,7 @@ def resolve_params(
     file = getattr(module, "__file__", None)
     check_tree_sizes(module, cpanel, requested, params, _shown(file) if file else None)
     _check_session_device(module.__name__, params)
-    return ResolvedParams(
-        module=module.__name__, cpanel=cpanel, params=params, file=getattr(module, "__file__", None)
-    )
+    return ResolvedParams(module=module.__name__, cpanel=cpanel, params=params, file=file)
 
 
 def _check_session_device(module: str, params: dict[str, Any]) -> None:
