@@ -2,7 +2,7 @@
 
 Every combination becomes a flow run of ``deployment`` (``run_deployment``), so the runs spread over
 every worker serving that deployment's work pool. The sweep waits for all of them and prints a
-summary table. Needs a Prefect server with the train deployments (see README, "Prefect").
+summary table. Needs a Prefect server with the train deployments (see docs/workflows.md, "Prefect").
 
 Example parameters::
 

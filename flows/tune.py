@@ -17,7 +17,7 @@ MLflow: one parent run per study (in the parameter file's experiment); every tri
 under it (``mlflow.parentRunId``) and tagged ``optuna.study`` / ``optuna.trial``; the best trial's
 params (``best/<name>``), its return (``best_value``) and number end on the parent.
 
-Example parameters (see README, "Tuning and models")::
+Example parameters (see docs/workflows.md, "Tuning and models")::
 
     {"params": "params.pendulum_sac", "deployment": "train/pendulum-sac", "n_trials": 20, "concurrency": 2}
 """

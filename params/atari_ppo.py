@@ -16,7 +16,7 @@ train and test, is the real game score. Tests act stochastically, as rl-baseline
 Atari (a greedy policy can stall a game that needs FIRE to continue).
 
 A full run (10M steps) needs a GPU and a few CPU cores for the emulators; on 2 shared CPU cores the
-emulators alone run about 1,400 agent steps/s and PPO with its updates about 100 (README, "Atari").
+emulators alone run about 1,400 agent steps/s and PPO with its updates about 100 (docs/environments.md, "Atari").
 The rollout memory holds each frame once (``digideep.memory.frames``: 7.6 KB a transition instead
 of 56.5 KB), rebuilding the stacks bit-identically when PPO reads the chunk.
 """

@@ -1,7 +1,7 @@
-"""The README's "Scaling out" commands, run as written against a real S3 server (moto on 127.0.0.1).
+"""The "Scaling out" page's commands (docs/scaling-out.md), run as written against a real S3 server (moto on 127.0.0.1).
 
 The ``export`` line is what the fixtures set (credentials and ``AWS_ENDPOINT_URL`` of the test
-server); the bucket the README names is replaced by a fresh one. Training is capped to a few
+server); the bucket the page names is replaced by a fresh one. Training is capped to a few
 iterations (``DIGIDEEP_MAX_ITERATIONS``), as for the other documented commands.
 """
 
@@ -18,21 +18,21 @@ import boto3
 from tests.conftest import REPO
 from tests.docs.test_commands import shown_commands
 
-README_BUCKET = "digideep-runs"
+DOCS_BUCKET = "digideep-runs"
 
 
 def scaling_out_commands() -> list[str]:
     return [
         c
         for f, c in shown_commands()
-        if f == "README.md" and "s3://" in c and c.startswith(".venv/bin/digideep ")
+        if f == "scaling-out.md" and "s3://" in c and c.startswith(".venv/bin/digideep ")
     ]
 
 
 def test_the_scaling_out_commands_train_and_resume_in_a_bucket(tmp_path, s3_env, s3_bucket, mlflow_uri):
     commands = scaling_out_commands()
     assert [c.split()[1] for c in commands] == ["train", "resume"]
-    exported = next(c for f, c in shown_commands() if f == "README.md" and c.startswith("export AWS_"))
+    exported = next(c for f, c in shown_commands() if f == "scaling-out.md" and c.startswith("export AWS_"))
     assert {pair.split("=")[0] for pair in exported.split()[1:]} <= set(s3_env)
     for name in ("params", "flows"):
         (tmp_path / name).symlink_to(REPO / name)
@@ -46,7 +46,7 @@ def test_the_scaling_out_commands_train_and_resume_in_a_bucket(tmp_path, s3_env,
         "PREFECT_HOME": str(tmp_path / "prefect"),
     }
     for command in commands:
-        filled = command.replace(f"s3://{README_BUCKET}/", f"s3://{s3_bucket}/")
+        filled = command.replace(f"s3://{DOCS_BUCKET}/", f"s3://{s3_bucket}/")
         result = subprocess.run(
             filled, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
         )
