@@ -230,9 +230,9 @@ class OffPolicyAgent(AgentBase):
 
     def auto_update_mode(self) -> tuple[str, str]:
         """CPU: eager; the compiled SAC step ran at 0.49x of eager on one CPU thread
-        (docs/measurements.md), the matrix products dominate there. CUDA: compile; at these sizes kernel launches dominate and
-        compile fuses the elementwise work (LeanRL's SAC; not yet measured by digideep on a GPU).
-        ``cudagraphs`` is opt-in."""
+        (docs/measurements.md), the matrix products dominate there. CUDA: compile; at these sizes
+        kernel launches dominate and compile fuses the elementwise work (LeanRL's SAC; not yet
+        measured by digideep on a GPU). ``cudagraphs`` is opt-in."""
         if self.device.type == "cuda":
             return "compile", "CUDA: compile fuses the step's small kernels; cudagraphs is opt-in"
         return "eager", "CPU: the compiled step measured 0.49x of eager on one thread"
