@@ -34,6 +34,7 @@ from digideep.errors import UsageError
 from digideep.pipeline import components
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.devices import configure_determinism, requested_determinism
+from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
 from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
 from digideep.pipeline.rng import seed_everything
@@ -133,6 +134,7 @@ class Runner(RunnerStateMixin):
         self._chunk: dict[str, np.ndarray] | None = None
         self._batches: dict[str, Any] | None = None
         self._stop_reason: str | None = None
+        self._evaluation: float | None = None  # the last test's mean return, until the log stage sends it
         self.trial: Any = None  # a digideep.tracking.trials.TrialReporter when the run is a tune trial
         self._wall_start: float | None = None
         self._log_start = time.perf_counter()
@@ -188,7 +190,11 @@ class Runner(RunnerStateMixin):
         return self.counters.iteration // self.epoch_size
 
     def test_due(self) -> bool:
-        return "test" in self.explorers and self.test_interval > 0 and self.epoch % self.test_interval == 0
+        """Every ``test_interval`` epochs, and at the last epoch (so the last evaluation lands at the
+        frame budget, :mod:`digideep.pipeline.evaluation`); never with ``test_interval`` 0."""
+        if "test" not in self.explorers or self.test_interval <= 0:
+            return False
+        return self.epoch % self.test_interval == 0 or self.epoch == self.number_epochs
 
     def save_due(self) -> bool:
         return self.save_interval > 0 and self.epoch % self.save_interval == 0
@@ -200,6 +206,8 @@ class Runner(RunnerStateMixin):
             components.copy_normalizers(self.explorers["train"], tester)
             chunk = tester.update()
         self._record_episodes(tester, chunk)
+        returns = chunk.episodes.returns
+        self._evaluation = float(np.mean(returns)) if len(returns) else None
         stats = self.monitor.summary().get(tester.metric_names[0])
         mean = stats["mean"] if stats else math.nan
         self.counters.last_test_return = mean
@@ -223,6 +231,9 @@ class Runner(RunnerStateMixin):
         self.counters.last_log_frames = self.counters.frames
         metrics["charts/epoch"] = float(self.epoch)
         metrics["charts/iteration"] = float(self.counters.iteration)
+        if self._evaluation is not None:  # this epoch's evaluation alone, unlike the windowed test return
+            metrics[RETURN_METRIC] = self._evaluation
+            self._evaluation = None
         if self.journal is not None:  # on disk first; the tracker sends what the journal holds
             self.journal.append(self.counters.frames, metrics)
         if self.tracker is not None:
@@ -348,6 +359,11 @@ class Runner(RunnerStateMixin):
         """Train frames per second since the last log stage."""
         elapsed = max(time.perf_counter() - self._log_start, 1e-9)
         return (self.counters.frames - self.counters.last_log_frames) / elapsed
+
+    def resolved_settings(self) -> dict[str, str]:
+        """The agents' resolved settings and the evaluation protocol (``eval/*``), as MLflow params."""
+        protocol = EvaluationProtocol.of_params(self.params) if self.test_interval > 0 else None
+        return {**super().resolved_settings(), **(protocol.mlflow_params() if protocol else {})}
 
     def stage_label(self, stage: str) -> str:
         """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
