@@ -28,11 +28,13 @@ from typing import Any
 from digideep.errors import UsageError
 
 __all__ = [
+    "BENCHMARK_CELL_KEYS",
     "PRUNED_ATTR",
     "PRUNED_REASON",
     "PRUNERS",
     "SAMPLERS",
     "TrialReporter",
+    "benchmark_tags",
     "make_pruner",
     "make_sampler",
     "open_storage",
@@ -206,6 +208,34 @@ def trial_tags(trial: Mapping[str, Any] | None) -> dict[str, str]:
     if not trial:
         return {}
     tags = {"optuna.study": str(trial.get("study", "")), "optuna.trial": str(trial.get("number", ""))}
-    if trial.get("parent_run_id"):
-        tags["mlflow.parentRunId"] = str(trial["parent_run_id"])
-    return tags
+    return {**tags, **_nested(trial)}
+
+
+BENCHMARK_CELL_KEYS = ("algorithm", "env", "seed", "variant")
+"""What names a cell of a benchmark matrix (``flows/benchmark.py``); each is a tag of its run."""
+
+
+def benchmark_tags(cell: Mapping[str, Any] | None) -> dict[str, str]:
+    """MLflow tags of a benchmark cell's run, nested under the benchmark's parent run.
+
+    The benchmark flow gives every train run it starts a ``benchmark`` parameter::
+
+        {"name": "pendulum-1a2b3c4d", "parent_run_id": "...", "algorithm": "params.pendulum_sac",
+         "env": "Pendulum-v1", "seed": 0, "variant": "default"}
+
+    which becomes ``digideep.benchmark``, the four cell tags and ``mlflow.parentRunId`` (the
+    contract ``digideep report`` reads, see ``docs/benchmark.md``).
+    """
+    if not cell:
+        return {}
+    tags = {"digideep.benchmark": str(cell.get("name", ""))}
+    tags.update(
+        {key: str(cell.get(key, "default" if key == "variant" else "")) for key in BENCHMARK_CELL_KEYS}
+    )
+    return {**tags, **_nested(cell)}
+
+
+def _nested(parameter: Mapping[str, Any]) -> dict[str, str]:
+    """``mlflow.parentRunId`` when the parameter names a parent run: how MLflow nests a run."""
+    parent = parameter.get("parent_run_id")
+    return {"mlflow.parentRunId": str(parent)} if parent else {}
