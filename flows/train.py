@@ -27,7 +27,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.training import TaskGranularity, close_run, open_run, run_training
-from digideep.tracking.trials import TrialReporter, trial_tags
+from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.location import Location
 
 _RUNNERS: dict[str, Runner] = {}
@@ -187,6 +187,7 @@ def train(
     tasks: Literal["auto", "stage", "iteration"] = "auto",
     description: str | None = None,
     trial: dict[str, Any] | None = None,
+    benchmark: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
 
@@ -209,6 +210,9 @@ def train(
             a resumed run keeps the one it started with.
         trial: set by the tune flow (``flows/tune.py``): the Optuna trial this run is, which gets
             the test returns and may prune the run (:mod:`digideep.tracking.trials`).
+        benchmark: set by the benchmark flow (``flows/benchmark.py``): the cell this run is, whose
+            MLflow run is tagged and nested under the benchmark's parent run
+            (:func:`~digideep.tracking.trials.benchmark_tags`).
     """
     logger = get_run_logger()
     # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
@@ -230,6 +234,7 @@ def train(
         "prefect.flow_run_id": str(run_id or ""),
         "prefect.deployment": str(deployment_runtime.name or ""),
         **trial_tags(trial),
+        **benchmark_tags(benchmark),
     }
     reporter = TrialReporter.from_parameters(trial)
     handle = open_run(
