@@ -51,7 +51,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
 
@@ -60,10 +59,12 @@ from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
+    artifact_location_of,
+    ensure_store,
     flatten_params,
     is_http_uri,
-    resolve_tracking_uri,
-    sqlite_path,
+    open_experiment,
+    tracking_uri_of,
 )
 from digideep.tracking.sender import BackgroundSender, JournalUploader
 from digideep.tracking.tags import build_tags
@@ -145,9 +146,8 @@ class MlflowTracker:
         self.experiment = experiment
         self.session_path = Path(session_path) if session_path is not None else None
         self.enabled = enabled
-        self.uri, self._artifact_location = (
-            resolve_tracking_uri(tracking_uri, data_root) if enabled else (tracking_uri or "", None)
-        )
+        self.uri = tracking_uri_of(tracking_uri, data_root) if enabled else (tracking_uri or "")
+        self._artifact_location = artifact_location_of(self.uri)
         self.run_id: str | None = None
         self._resume_run_id = run_id
         self.run_name = run_name or (self.session_path.name if self.session_path else None)
@@ -205,7 +205,8 @@ class MlflowTracker:
             for name, value in _RUN_HTTP_LIMITS.items():
                 os.environ.setdefault(name, value)
         try:
-            with http_limits(retries=0, timeout=self.connect_timeout), _store_setup_lock(self.uri):
+            with http_limits(retries=0, timeout=self.connect_timeout):
+                ensure_store(self.uri)  # a fresh embedded store is created whole, once
                 self._client = MlflowClient(self.uri)
                 if self._resume_run_id:
                     self._reopen(self._resume_run_id, params, cpanel)
@@ -237,23 +238,7 @@ class MlflowTracker:
 
     def _create(self, params: Mapping[str, Any], cpanel: Mapping[str, Any]) -> None:
         client = self._client
-        experiment = client.get_experiment_by_name(self.experiment)
-        if experiment is None:
-            try:
-                experiment_id = client.create_experiment(
-                    self.experiment, artifact_location=self._artifact_location
-                )
-            except Exception:  # created by another process meanwhile
-                experiment = client.get_experiment_by_name(self.experiment)
-                if experiment is None:
-                    raise
-                experiment_id = experiment.experiment_id
-        elif experiment.lifecycle_stage != "active":
-            raise ValueError(
-                f"experiment '{self.experiment}' is deleted; restore it (mlflow experiments restore) or name another"
-            )
-        else:
-            experiment_id = experiment.experiment_id
+        experiment_id = open_experiment(client, self.experiment, self._artifact_location)
         run = client.create_run(experiment_id, run_name=self.run_name, tags=self._tags)
         self.run_id = run.info.run_id
         self._log_params({**flatten_params(params), **flatten_params(cpanel, prefix="cpanel")}, existing={})
@@ -433,18 +418,3 @@ class MlflowTracker:
 
     def __repr__(self) -> str:
         return f"MlflowTracker(experiment={self.experiment!r}, uri={self.uri!r}, run_id={self.run_id!r})"
-
-
-def _store_setup_lock(uri: str) -> contextlib.AbstractContextManager[object]:
-    """A lock beside an embedded sqlite store while a run is created or reopened in it, else nothing.
-
-    MLflow creates (or migrates) a sqlite store's schema on first use, and two processes doing so at
-    once fail with ``duplicate column name`` or an ``alembic_version`` error: two runs of a sweep
-    starting together on a fresh ``data/mlflow.db`` did. Servers serialise their own setup; a file
-    lock does it here.
-    """
-    db_path = sqlite_path(uri)
-    if db_path is None:
-        return contextlib.nullcontext()
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(f"{db_path}.lock", thread_local=False)

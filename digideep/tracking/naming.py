@@ -30,17 +30,21 @@ from digideep.utility.location import is_url
 __all__ = [
     "DEFAULT_CURVE_METRICS",
     "DEFAULT_DATA_ROOT",
+    "EXPERIMENT_TAGS",
     "MAX_KEY_LENGTH",
     "MAX_METRICS_PER_BATCH",
     "MAX_PARAMS_PER_BATCH",
     "MAX_PARAM_VALUE_LENGTH",
     "MAX_TAG_VALUE_LENGTH",
+    "artifact_location_of",
     "data_root_of",
+    "ensure_store",
     "experiment_name",
     "flatten_params",
     "is_http_uri",
     "metrics_from_summary",
     "mlflow_key",
+    "open_experiment",
     "resolve_tracking_uri",
     "shorten",
     "sqlite_path",
@@ -53,6 +57,8 @@ MAX_TAG_VALUE_LENGTH = 8000
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 DEFAULT_DATA_ROOT = Path("data")
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+"""Tags of the experiments digideep creates: MLflow 3's UI opens them in its model-training view."""
 DEFAULT_CURVE_METRICS = ("explore/train/episode_return", "explore/test/episode_return")
 """The metrics of a learning curve (the run's ``plots/learning_curve.png``, ``digideep runs compare``)."""
 
@@ -170,17 +176,63 @@ def resolve_tracking_uri(
     Precedence: ``tracking_uri`` when given, else the ``MLFLOW_TRACKING_URI`` environment variable,
     else the embedded store ``sqlite:///<data_root>/mlflow.db`` (absolute path). For a ``sqlite``
     store the artifacts go to ``mlartifacts/`` beside the database file (``<data_root>/mlartifacts``
-    by default) and the database's folder is created; for a server the server decides (None).
+    by default), and a missing store is created whole (:func:`ensure_store`); for a server the
+    server decides (None).
 
     Returns:
         ``(uri, artifact_location)``; ``artifact_location`` is a ``file://`` URI or None.
     """
     uri = tracking_uri_of(tracking_uri, data_root)
+    ensure_store(uri)
+    return uri, artifact_location_of(uri)
+
+
+def artifact_location_of(uri: str) -> str | None:
+    """Where experiments created in the embedded store ``uri`` keep their artifacts (``mlartifacts/``
+    beside the database, a ``file://`` URI); None for a server, which decides itself."""
     db_path = sqlite_path(uri)
-    if db_path is None:
-        return uri, None
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    return uri, (db_path.parent / "mlartifacts").as_uri()
+    return None if db_path is None else (db_path.parent / "mlartifacts").as_uri()
+
+
+def ensure_store(uri: str) -> None:
+    """Create the embedded store of a ``sqlite:///`` ``uri`` when it is missing, whole or not at all.
+
+    MLflow would create it on first use, migration by migration, and a process killed meanwhile left
+    a store no command could use again (:mod:`digideep.tracking.stores`). Other URIs are left alone.
+    """
+    db_path = sqlite_path(uri)
+    if db_path is not None:
+        from digideep.tracking.stores import create_mlflow_store
+
+        create_mlflow_store(db_path, artifact_location_of(uri))
+
+
+def open_experiment(client: Any, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment ``name``, created when missing, tagged to open in MLflow's training view.
+
+    MLflow 3's UI opens an experiment without the ``mlflow.experimentKind`` tag in its GenAI view
+    (traces, prompts); digideep's runs are model training, so the tag is set, on experiments made
+    before this version too.
+
+    Raises:
+        ValueError: the experiment is deleted.
+    """
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
+        except Exception:  # created by another process meanwhile
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage != "active":
+        raise ValueError(
+            f"experiment '{name}' is deleted; restore it (mlflow experiments restore) or name another"
+        )
+    for key, value in EXPERIMENT_TAGS.items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
 
 
 def data_root_of(session_root: str | Path) -> Path:
