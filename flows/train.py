@@ -29,6 +29,7 @@ from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.training import TaskGranularity, close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.location import Location
+from flows.recovery import recover_killed_attempt
 
 _RUNNERS: dict[str, Runner] = {}
 """Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
@@ -230,6 +231,8 @@ def train(
             f"flow run {run_id} is a retry but its session '{(root / str(name)).url}' is gone; "
             "start a new run instead"
         )
+    if retried:  # a killed attempt left task runs Running and log lines Prefect never got
+        recover_killed_attempt(str(run_id), root / name, flow_run_runtime.run_count, logger)
     tags = {
         "prefect.flow_run_id": str(run_id or ""),
         "prefect.deployment": str(deployment_runtime.name or ""),

@@ -1,0 +1,135 @@
+"""What a retried flow run does first: tidy up after an attempt that was killed.
+
+An attempt killed with SIGKILL (the OOM killer, ``kill -9``, a host that died) reports nothing to
+Prefect: the flow run is marked Crashed from outside (the worker, or the stack's watcher), but the
+task run it was in stays Running for ever, and the log lines its process had not yet sent (Prefect
+sends them in batches, every ~2 s) never reach the UI, although the session's ``log.txt`` has them.
+At the start of a retry, :func:`recover_killed_attempt`
+
+- marks the flow run's task runs still Running (or Pending) Crashed, with a message saying why;
+- sends the lines of ``log.txt`` after the last one Prefect holds (at most :data:`TAIL_LINES`) to
+  the retry's flow-run log, each prefixed with :data:`KILLED_PREFIX`.
+
+A retry after an ordinary failure finds nothing to do: its task runs ended and its log was sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    LogFilter,
+    LogFilterFlowRunId,
+    TaskRunFilter,
+    TaskRunFilterState,
+    TaskRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import LogSort
+from prefect.states import Crashed
+
+from digideep.pipeline.session import _working_folder
+from digideep.utility.location import Location
+
+TAIL_LINES = 50
+"""The most lines of the killed attempt's log sent to the retry's flow-run log."""
+KILLED_PREFIX = "[killed attempt] "
+"""Prefix of each line sent from the killed attempt's log, so the user can tell it from the retry's."""
+RECENT_LOGS = 200
+"""Newest flow-run log records read to find the last line Prefect holds (the API's page size)."""
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \w+\s+(\S+): (.*)$")
+"""A record's first line in ``log.txt`` (:data:`digideep.pipeline.session.LOG_FORMAT`)."""
+UNFINISHED = [StateType.RUNNING, StateType.PENDING]
+
+
+def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, logger: Any) -> None:
+    """Crash the task runs a killed attempt left running and send its unsent log tail.
+
+    Args:
+        flow_run_id: the flow run being retried.
+        session: the session's location (a folder or a URL), whose ``log.txt`` the attempt wrote.
+        attempt: this attempt's number (``flow_run.run_count``), for the messages.
+        logger: the flow run's logger (:func:`prefect.get_run_logger`).
+    """
+    with get_client(sync_client=True) as client:
+        crashed = crash_unfinished_task_runs(client, flow_run_id, attempt)
+        held = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+            limit=RECENT_LOGS,
+            sort=LogSort.TIMESTAMP_DESC,
+        )
+    if crashed:
+        logger.warning(
+            "the previous attempt was killed: task run%s %s marked Crashed",
+            "s" if len(crashed) > 1 else "",
+            ", ".join(crashed),
+        )
+    tail = unsent_tail(read_log(session), ((log.name, log.message) for log in held))
+    if tail:
+        logger.warning(
+            "the last %d line%s of the previous attempt's log (%s), which Prefect never received:",
+            len(tail),
+            "s" if len(tail) > 1 else "",
+            (session / "log.txt").url,
+        )
+        for line in tail:
+            logger.info("%s%s", KILLED_PREFIX, line)
+
+
+def crash_unfinished_task_runs(client: Any, flow_run_id: str, attempt: int) -> list[str]:
+    """Set the flow run's Running and Pending task runs Crashed; their names.
+
+    Called before the retry starts a task, so every such task run is the killed attempt's.
+    """
+    task_runs = client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+        task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=UNFINISHED))),
+    )
+    message = (
+        f"the flow run's attempt {attempt - 1} was killed while this task ran "
+        f"(no process was left to end it); attempt {attempt} resumes from the newest checkpoint"
+    )
+    for task_run in task_runs:
+        client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+    return [task_run.name for task_run in task_runs]
+
+
+def read_log(session: Location) -> list[str]:
+    """The lines of the session's ``log.txt``; [] when it has none.
+
+    A session on object storage keeps its log in a local working folder and uploads it at each
+    checkpoint: when the killed attempt ran on this machine, that copy holds the lines after the
+    last checkpoint and is read instead.
+    """
+    candidates = (
+        [] if session.is_local else [Location(_working_folder(session.url, session.name) / "log.txt")]
+    )
+    for log in [*candidates, session / "log.txt"]:
+        try:
+            return log.read_text().splitlines()
+        except FileNotFoundError:
+            continue
+    return []
+
+
+def unsent_tail(lines: list[str], held: Iterable[tuple[str, str]], limit: int = TAIL_LINES) -> list[str]:
+    """The lines after the last one whose record Prefect holds, at most the last ``limit``.
+
+    Args:
+        lines: ``log.txt``'s lines, oldest first (records of every attempt, tracebacks included).
+        held: (logger name, message) of the flow run's log records on the server.
+        limit: the most lines returned (the newest).
+    """
+    known = {(name, message.splitlines()[0] if message else "") for name, message in held}
+    start = 0
+    for index in range(len(lines) - 1, -1, -1):
+        match = LOG_LINE.match(lines[index])
+        if match and (match.group(1), match.group(2)) in known:
+            start = index + 1
+            break
+    return lines[start:][-limit:]
