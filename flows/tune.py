@@ -32,9 +32,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
-from prefect.deployments import run_deployment
 from prefect.runtime import flow_run as flow_run_runtime
-from prefect.states import Scheduled
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,8 +41,8 @@ from digideep.errors import UsageError
 from digideep.pipeline.params import apply_cpanel, load_params_module
 from digideep.tracking.naming import data_root_of
 from digideep.tracking.trials import PRUNED_ATTR, make_pruner, make_sampler, open_storage
+from flows.cells import ended_runs, experiment_id, launch
 
-FAILED_STATES = {"FAILED", "CRASHED"}
 PARENT_ATTR = "mlflow_parent_run_id"
 
 
@@ -162,20 +160,9 @@ def tune(
             if not in_flight:
                 break
             time.sleep(poll_seconds)
-            for number, flow_run_id in list(in_flight.items()):
-                state = client.read_flow_run(flow_run_id).state
-                kind = state.type.value if state is not None else "PENDING"
-                if kind in FAILED_STATES and retries.get(number, 0) < max_trial_retries:
-                    retries[number] = retries.get(number, 0) + 1
-                    client.set_flow_run_state(
-                        flow_run_id, Scheduled(message="retried by its tune flow"), force=True
-                    )
-                    logger.info(
-                        "trial %d: train run %s %s; retry %d", number, flow_run_id, kind, retries[number]
-                    )
-                elif kind in {"COMPLETED", "CANCELLED"} | FAILED_STATES:
-                    del in_flight[number]
-                    logger.info("trial %d: %s", number, _tell(study, number, kind))
+            for number, kind in ended_runs(client, in_flight, retries, max_trial_retries, "tune").items():
+                del in_flight[number]
+                logger.info("trial %d: %s", number, _tell(study, number, kind))
     summary = _summary(study)
     _finish_parent(parent, summary, data_root)
     logger.info("study %s (%s): %s", name, url, json.dumps(summary))
@@ -191,14 +178,7 @@ def _launch(
         "session_path": session_path,
         "trial": {**trial, "number": number},
     }
-    flow_run = run_deployment(
-        deployment,
-        parameters=parameters,
-        timeout=0,
-        as_subflow=True,
-        idempotency_key=f"tune:{study}:trial-{number}",
-    )
-    return str(flow_run.id)
+    return launch(deployment, parameters, f"tune:{study}:trial-{number}")
 
 
 def _tell(study: Any, number: int, kind: str) -> str:
@@ -241,11 +221,9 @@ def _parent_run(study: Any, module: str, base_cpanel: dict, flow_run_id: str, da
 
     uri, artifacts = resolve_tracking_uri(None, data_root)
     client = MlflowClient(uri)
-    experiment = experiment_name(module, base_cpanel)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment, artifacts)
+    experiment = experiment_id(client, experiment_name(module, base_cpanel), artifacts)
     tags = {"optuna.study": study.study_name, "digideep.kind": "study", "prefect.flow_run_id": flow_run_id}
-    run = client.create_run(experiment_id, run_name=f"study {study.study_name}", tags=tags)
+    run = client.create_run(experiment, run_name=f"study {study.study_name}", tags=tags)
     study.set_user_attr(PARENT_ATTR, run.info.run_id)
     return run.info.run_id
 
