@@ -152,22 +152,31 @@ def is_image(spec: KeySpec) -> bool:
     return spec.dtype == np.uint8 and len(spec.shape) >= 2
 
 
-def compressors(compression: str | None, spec: KeySpec | None = None) -> object:
-    """The zarr codecs of ``compression`` for a key of ``spec``.
+def compressors(compression: str | None, spec: KeySpec | None = None) -> tuple:
+    """The bytes-to-bytes codecs of a key of ``spec``: its compression, then a crc32c checksum.
 
     ``None``/``"none"``; ``"zstd"`` (level 1) or ``"lz4"`` (blosc, level 1) for every key;
     ``"images"``: zstd level 1 for uint8 image keys (:func:`is_image`; Atari's stacked frames repeat
     each frame four times in a row and compress about 7x), none for the rest (vectors barely
-    compress). Without ``spec`` it only checks the name (``"images"`` then gives ``None``).
+    compress). Without ``spec`` it only checks the name (``"images"`` then gives no compression).
+
+    The checksum comes last, so it covers the bytes as stored: zarr checks it whenever it reads the
+    chunk, and a chunk damaged on disk (a flipped bit, a file overwritten) fails its read instead of
+    training on other data (see :func:`digideep.memory.zarr_store.damaged_chunks`). It costs about
+    0.2 ms per 4 MiB chunk (``google-crc32c``, which zarr depends on).
     """
+    return (*_compression(compression, spec), zarr.codecs.Crc32cCodec())
+
+
+def _compression(compression: str | None, spec: KeySpec | None = None) -> tuple:
     if compression is None or compression == "none":
-        return None
+        return ()
     if compression == "zstd":
-        return zarr.codecs.ZstdCodec(level=1)
+        return (zarr.codecs.ZstdCodec(level=1),)
     if compression == "lz4":
-        return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
+        return (zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),)
     if compression == "images":
-        return zarr.codecs.ZstdCodec(level=1) if spec is not None and is_image(spec) else None
+        return (zarr.codecs.ZstdCodec(level=1),) if spec is not None and is_image(spec) else ()
     raise ValueError(f"compression must be None, 'none', 'zstd', 'lz4' or 'images', got {compression!r}")
 
 

@@ -252,25 +252,40 @@ class ZarrStorage:
             return True
         return False
 
-    def load(self) -> tuple[RingState, dict[str, KeySpec]]:
-        """Open the group; return its committed state and keys."""
+    def load(self, verify: bool = True) -> tuple[RingState, dict[str, KeySpec]]:
+        """Open the group; return its committed state and keys.
+
+        Args:
+            verify: read every chunk and check its checksum (the write-through storage checks them
+                as it fills its RAM ring, so it passes ``False``).
+
+        Raises:
+            DamagedMemoryError: a chunk fails its checksum.
+        """
         state, specs = self.store.open()
+        if verify:
+            self.store.verify()
         self.specs = dict(specs)
         logger.info("memory '%s' loaded from %s: %s", self.name, self.location, state)
         return state, specs
 
-    def restore(self, target: RingState, current: RingState) -> RingState:
+    def restore(self, target: RingState, current: RingState, verify: bool = True) -> RingState:
         """Return the group to ``target`` (see :meth:`ZarrStore.restore`) and make it the anchor.
+
+        ``verify``: read every chunk and check its checksum (see :meth:`load`).
 
         Raises:
             FileNotFoundError: if nothing was flushed at the location and ``target`` holds rows.
             ValueError: if ``target`` is not a state of this group.
+            DamagedMemoryError: a chunk fails its checksum.
         """
         if not self.store.is_open:
             if target.total == 0 and not self.location.exists():
                 return target  # nothing stored yet, nothing to restore
             self.store.open()
         state, specs = self.store.restore(target)
+        if verify:
+            self.store.verify()
         self.specs = dict(specs)
         logger.info("memory '%s' restored to %s", self.name, state)
         return state

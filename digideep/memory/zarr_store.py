@@ -42,10 +42,11 @@ line naming it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from math import prod
+from math import ceil, prod
 
 import numpy as np
 import zarr
@@ -55,7 +56,15 @@ from digideep.memory.location import Location
 from digideep.memory.ring import RingState
 from digideep.memory.undo import UNDO, UndoArea
 
-__all__ = ["ATTR", "FORMAT", "ZARR_MIN", "ZarrStore", "check_zarr_version"]
+__all__ = [
+    "ATTR",
+    "FORMAT",
+    "ZARR_MIN",
+    "DamagedMemoryError",
+    "ZarrStore",
+    "check_zarr_version",
+    "damaged_chunks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +94,31 @@ def check_zarr_version(version: str | None = None) -> None:
             f"digideep's replay memory needs zarr >= {'.'.join(map(str, ZARR_MIN))} (atomic file writes), "
             f"zarr {version} is installed; upgrade it: pip install 'zarr>={'.'.join(map(str, ZARR_MIN))},<4'"
         )
+
+
+class DamagedMemoryError(ValueError):
+    """A chunk of the memory's Zarr group fails its checksum or cannot be decoded: its bytes changed
+    on disk after they were written (see :func:`damaged_chunks`)."""
+
+
+def damaged_chunks(array: zarr.Array, rows: int | None = None) -> list[str]:
+    """Store keys (below the group) of the chunks of ``array`` that fail to decode, in rows ``:rows``.
+
+    Each chunk is read alone: a crc32c mismatch (every array written since the checksum came), a
+    file of the wrong length or a compressed stream that does not decompress is damage. A chunk
+    that was never written reads as the fill value and is not damage.
+    """
+    rows = array.shape[1] if rows is None else rows
+    grid = [range(ceil(n / c)) if n else range(0) for n, c in zip(array.shape, array.chunks, strict=True)]
+    grid[1] = range(ceil(rows / array.chunks[1]))
+    found = []
+    for coords in itertools.product(*grid):
+        try:
+            array.get_block_selection(coords)
+        except (ValueError, RuntimeError, EOFError) as error:  # the codecs' errors for bad bytes
+            logger.debug("chunk %s of %s does not decode: %r", coords, array.path, error)
+            found.append(f"{array.path}/{array.metadata.encode_chunk_key(coords)}")
+    return found
 
 
 def _ring_state(record: dict) -> RingState:
@@ -382,10 +416,48 @@ class ZarrStore:
 
     def read_many(self, reads: list[tuple[str, np.ndarray, int, int]]) -> None:
         """:meth:`read_into` of several ``(key, out, start, stop)``, the keys concurrently (a resume
-        reads every chunk of a 1M-row memory on object storage in parallel, not one after another)."""
+        reads every chunk of a 1M-row memory on object storage in parallel, not one after another).
+
+        Every chunk read is checked against its checksum.
+
+        Raises:
+            DamagedMemoryError: a chunk read fails its checksum or does not decode; names the chunks.
+        """
         with ThreadPoolExecutor(max(1, min(len(reads), _THREADS))) as pool:
-            for future in [pool.submit(self.read_into, *read) for read in reads]:
-                future.result()
+            futures = [(read, pool.submit(self.read_into, *read)) for read in reads]
+        for (key, _, _, stop), future in futures:
+            error = future.exception()
+            if error is not None:
+                self._raise_damage(key, stop, error)
+
+    def verify(self) -> None:
+        """Read every chunk of every committed key, one row window at a time (a Zarr-only memory has
+        no RAM ring whose filling would check them), and check it against its checksum.
+
+        Raises:
+            DamagedMemoryError: naming the chunks that fail.
+        """
+        rows = min(self.capacity, self.committed.total + 1) if self.committed.last_chunk_rows else 0
+        for key in self.committed_specs:
+            array = self.arrays[key]
+            step = array.chunks[1]
+            for start in range(0, rows, step):
+                try:
+                    array[:, start : min(rows, start + step)]
+                except (ValueError, RuntimeError, EOFError) as error:
+                    self._raise_damage(key, rows, error)
+
+    def _raise_damage(self, key: str, rows: int, error: BaseException) -> None:
+        """Raise :class:`DamagedMemoryError` naming the chunks of ``key`` that fail, or ``error`` if
+        every chunk reads well (the read failed for another reason: the network, the disk)."""
+        found = damaged_chunks(self.arrays[key], rows)
+        if not found:
+            raise error
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise DamagedMemoryError(
+            f"memory '{self.name}' at {self.location} is damaged: {len(found)} chunk(s) of key '{key}' "
+            f"fail their checksum ({shown})"
+        ) from None
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker: ``(W, stop - start, ...)``."""

@@ -1,0 +1,118 @@
+"""Damage on disk: every chunk of a memory carries a crc32c, checked whenever it is read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from digideep.memory import Memory, layout
+from digideep.memory.zarr_store import DamagedMemoryError
+
+from .chunks import make_chunk
+
+W, CAPACITY = 2, 40
+
+
+def written(path: Path, mode: str = "ram", checkpoint: bool = True) -> tuple[Memory, dict]:
+    """A memory of two 12-step chunks (rows 0..24), flushed; its state, made the anchor."""
+    memory = Memory(path, W, CAPACITY, mode=mode, zarr_chunk_rows=5)
+    memory.store(make_chunk(W, 12, 0))
+    memory.store(make_chunk(W, 12, 12))
+    memory.flush()
+    state = memory.state_dict()
+    if checkpoint:
+        memory.checkpoint_committed(state)
+    memory.close()
+    return memory, state
+
+
+def chunk_file(path: Path, key: str, index: int, worker: int = 0) -> Path:
+    """The file of row chunk ``index`` of ``key`` (workers ``worker`` on, whole row shape)."""
+    return path / key[1:] / "c" / str(worker) / str(index) / "0"
+
+
+def flip_low_bit(file: Path, offset: int = 0) -> None:
+    data = bytearray(file.read_bytes())
+    data[offset] ^= 1  # the lowest mantissa bit of a little-endian float32
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("mode", ["ram", "disk"])
+def test_a_flipped_low_bit_in_a_rewards_chunk_is_refused_at_restore_naming_the_chunk(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "m.zarr"
+    _, state = written(path, mode)
+    flip_low_bit(chunk_file(path, "/rewards", 1))  # rows 5..9 of worker 0 (disk: one worker a chunk)
+    resumed = Memory(path, W, CAPACITY, mode=mode)
+    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' fail their checksum \(rewards/c/0/1/0\)"):
+        resumed.restore(state)
+    with pytest.raises(DamagedMemoryError):
+        Memory(path, W, CAPACITY, mode=mode).load()
+
+
+def test_a_chunk_overwritten_with_nan_is_caught_when_the_memory_is_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    _, state = written(path)
+    file = chunk_file(path, "/observations", 0)
+    file.write_bytes(np.full(file.stat().st_size // 4, np.nan, np.float32).tobytes())  # same length
+    with pytest.raises(DamagedMemoryError, match="key '/observations'"):
+        Memory(path, W, CAPACITY).restore(state)
+
+
+def test_damage_in_the_undo_area_is_caught_when_the_checkpoint_is_restored(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
+    memory.store(make_chunk(W, 12, 0))
+    memory.flush()
+    state = memory.state_dict()
+    memory.checkpoint_committed(state)
+    memory.store(make_chunk(W, 12, 12))  # overwrites rows 12..24: chunk 2 goes to the undo area first
+    memory.flush()
+    memory.close()
+    flip_low_bit(path / "_undo" / "rewards" / "c" / "0" / "2" / "0")
+    with pytest.raises(DamagedMemoryError, match="key '/rewards'"):
+        Memory(path, W, CAPACITY).restore(state)
+
+
+def rewards_of_two_chunks() -> np.ndarray:
+    """``/rewards`` of rows 0..23 as :func:`written` stores them: ``(W, 24, 1)``."""
+    return np.concatenate([make_chunk(W, 12, s)["/rewards"][:, :12] for s in (0, 12)], axis=1)
+
+
+def test_an_undamaged_memory_restores_and_a_chunk_never_written_is_not_damage(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    _, state = written(path)
+    assert not chunk_file(path, "/rewards", 6).exists()  # rows 30.. were never written
+    resumed = Memory(path, W, CAPACITY)
+    resumed.restore(state)
+    assert resumed.state_dict() == state
+    np.testing.assert_array_equal(resumed["/rewards"][:, :24], rewards_of_two_chunks())
+
+
+def test_a_memory_written_without_checksums_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memories written before the checksum came (zarr arrays with no crc32c codec) load as they are;
+    keys they gain later get the checksum."""
+    path = tmp_path / "m.zarr"
+    # the codecs of digideep before the checksum: the compression alone
+    monkeypatch.setattr("digideep.memory.zarr_store.compressors", layout._compression)
+    _, state = written(path)
+    monkeypatch.undo()
+    assert not zarr.open_array(path / "rewards", mode="r").compressors
+    resumed = Memory(path, W, CAPACITY)
+    resumed.restore(state)
+    np.testing.assert_array_equal(resumed["/rewards"][:, :24], rewards_of_two_chunks())
+    chunk = make_chunk(W, 12, 24)
+    chunk["/infos/late"] = np.ones((W, 13, 1), np.float32)
+    resumed.store(chunk)
+    resumed.flush()
+    resumed.close()
+    late = zarr.open_array(path / "infos" / "late", mode="r")
+    assert isinstance(late.compressors[-1], zarr.codecs.Crc32cCodec)
+    assert not zarr.open_array(path / "rewards", mode="r").compressors  # an old array keeps its codecs
+    Memory(path, W, CAPACITY).load()
