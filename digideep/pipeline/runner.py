@@ -294,8 +294,10 @@ class Runner(RunnerStateMixin):
                 yield "log", self.log
                 if self.save_due():
                     yield "checkpoint", self.checkpoint
-        # stopped mid-epoch (a limit or a signal): log the partial epoch, then save it
-        if self.counters.frames != self.counters.last_log_frames:
+        # stopped mid-epoch at a limit: log the partial epoch, then save it. A stop that was requested
+        # (a signal) only saves it: the resumed run logs the whole epoch at its end, as a run never
+        # stopped does, so MLflow and the journal get no step more (the checkpoint keeps the Monitor)
+        if self._stop_reason is None and self.counters.frames != self.counters.last_log_frames:
             yield "log", self.log
         if self.counters.last_checkpoint != self.counters.iteration:
             yield "checkpoint", self.checkpoint

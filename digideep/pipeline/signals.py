@@ -1,16 +1,52 @@
-"""SIGINT/SIGTERM while training: finish the iteration, checkpoint, stop; a second SIGINT quits at once."""
+"""SIGINT/SIGTERM while training: finish the iteration, checkpoint, stop; a second SIGINT quits at once.
+
+A run stopped by a signal ends like a shell reports a process killed by it, so that a scheduler or
+a script tells it from a finished run: exit status 128 + the signal's number (:func:`exit_code`:
+130 for SIGINT, 143 for SIGTERM), a KILLED MLflow run, a Cancelled Prefect flow run, and one line
+saying how to resume it (:func:`stopped_line`).
+"""
 
 from __future__ import annotations
 
 import logging
+import shlex
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["StopOnSignals"]
+from digideep.pipeline.session import DEFAULT_ROOT
+
+__all__ = ["StopOnSignals", "exit_code", "signal_reason", "stopped_line"]
 
 log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_REASON_SUFFIX = " received"
+
+
+def signal_reason(signum: int) -> str:
+    """The stop reason a signal gives, e.g. ``"SIGTERM received"`` (:func:`exit_code` reads it back)."""
+    return f"{signal.Signals(signum).name}{_REASON_SUFFIX}"
+
+
+def exit_code(reason: str | None) -> int:
+    """The exit status of a run that stopped for ``reason``: 128 + the signal's number for a stop
+    by SIGINT or SIGTERM (130, 143: what shells report for a process those signals ended), else 0."""
+    for signum in STOP_SIGNALS:
+        if reason == signal_reason(signum):
+            return 128 + signum
+    return 0
+
+
+def stopped_line(reason: str, iteration: int, session_name: str, session_path: str | Path) -> str:
+    """One line for a run stopped by a signal: where it stopped and the command that resumes it."""
+    command = f"digideep resume {shlex.quote(session_name)}"
+    if str(session_path) != str(DEFAULT_ROOT):
+        command += f" --session-path {shlex.quote(str(session_path))}"
+    name = reason.removesuffix(_REASON_SUFFIX)
+    return f"stopped by {name} at iteration {iteration}, checkpoint written; resume with: {command}"
 
 
 class StopOnSignals:
@@ -19,7 +55,7 @@ class StopOnSignals:
     Args:
         request_stop: asks the loop to finish its iteration, checkpoint and stop (e.g.
             :meth:`~digideep.pipeline.runner.Runner.request_stop`); called with ``"SIGINT received"``
-            or ``"SIGTERM received"``.
+            or ``"SIGTERM received"`` (:func:`signal_reason`).
     """
 
     def __init__(self, request_stop: Callable[[str], None]) -> None:
@@ -33,11 +69,11 @@ class StopOnSignals:
             raise KeyboardInterrupt
         log.warning("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
         self.requested = True
-        self.request_stop(f"{name} received")
+        self.request_stop(signal_reason(signum))
 
     def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 self.previous[signum] = signal.signal(signum, self._handle)
         return self
 
