@@ -496,6 +496,10 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     runs.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     runs.set_defaults(func=command_runs)
 
+    from digideep.report.cli import add_report_parser  # rliable loads only when a report runs
+
+    add_report_parser(sub)
+
     envs = sub.add_parser(
         "envs",
         help="list registered environments with their spaces, or run one with random actions "
