@@ -5,7 +5,8 @@ which dies with its process. Object stores have no such lock and a host can die 
 up, so a session under a URL is held by a *lease*: the object ``<session url>/.lease.json``::
 
     {"owner": "<uuid4 hex>", "host": "...", "pid": 123, "flow_run_id": "..." | null,
-     "info": {...}, "ttl": 120.0, "created": <unix s>, "renewed": <unix s>, "expires": <unix s>}
+     "info": {...}, "ttl": 120.0, "created": <unix s>, "renewed": <unix s>, "expires": <unix s>,
+     "process": {"boot_id": "...", "pid_namespace": "pid:[4026531836]", "pid": 123, "started": <ticks>}}
 
 - **Create**: a conditional write that succeeds only if the object does not exist
   (S3 ``PutObject`` with ``If-None-Match: *``). Of any number of simultaneous starters one wins.
@@ -19,6 +20,14 @@ up, so a session under a URL is held by a *lease*: the object ``<session url>/.l
   its ``on_lost`` callbacks; it never writes the record again. The owner of the lease must stop
   writing to the session (see :meth:`Lease.ensure_held`).
 - **Release**: deletes the record with ``If-Match``, only if it is still ours; safe to call twice.
+- **A dead holder on this machine**: ``process`` says which process holds the lease: the kernel's
+  boot id, the pid namespace, the pid and the process's start time (field 22 of
+  ``/proc/<pid>/stat``, clock ticks since boot). A starter that finds all of them naming this
+  machine's boot and namespace, and no such process alive (no pid, or a pid reused by a process
+  that started at another time), has proof that the holder is dead (``kill -9``, a crash, a run
+  whose store failed past its retries) and takes the lease over at once, with one log line,
+  instead of waiting out its ttl. A holder on another machine (or in another container) cannot be
+  checked: it is refused with the UTC time, and the seconds, from which a retry takes it over.
 
 Time. Expiry compares the record's own ``expires`` (the holder's wall clock) with the starter's
 wall clock, plus ``clock_skew`` seconds (default 10): hosts are assumed to agree within that margin
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -52,6 +62,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from digideep.errors import UsageError
+from digideep.pipeline.lease_holder import dead_here, this_process
 from digideep.pipeline.lease_store import (
     LEASE_FILE,
     LeaseConflictError,
@@ -352,23 +363,34 @@ def acquire_session_lease(
             "created": now,
             "renewed": now,
             "expires": now + ttl,
+            "process": this_process(),
         }
         try:
             if found is None:
                 token = store.create(_encode(record))
                 took_over = None
             else:
-                if now <= float(found.record["expires"]) + clock_skew:
-                    raise UsageError(_busy(url, found.record, now))
+                dead = dead_here(found.record)
+                if not dead and now <= float(found.record["expires"]) + clock_skew:
+                    raise UsageError(_busy(url, found.record, now, clock_skew))
                 token = store.replace(_encode(record), found.token)
                 took_over = found.record
-                log.warning("took over the expired session lease %s of %s", store.url, _holder(found.record))
+                if dead:
+                    log.warning(
+                        "took over the session lease %s of %s: that process no longer runs on this machine",
+                        store.url,
+                        _holder(found.record),
+                    )
+                else:
+                    log.warning(
+                        "took over the expired session lease %s of %s", store.url, _holder(found.record)
+                    )
         except (LeaseConflictError, LeaseMissingError):
             continue  # another starter moved first: look again
         return Lease(store, record, token, sent_at, heartbeat, took_over)
     found = store.read()
     if found is not None:
-        raise UsageError(_busy(url, found.record, time.time()))
+        raise UsageError(_busy(url, found.record, time.time(), clock_skew))
     raise UsageError(f"the lease {store.url} changed under every attempt to take it; try again")
 
 
@@ -383,6 +405,8 @@ def _wait_out_own_flow_run(store: Any, flow_run_id: Any, ttl: float, clock_skew:
     """
     found = store.read()
     if found is None or not flow_run_id or found.record.get("flow_run_id") != str(flow_run_id):
+        return found
+    if dead_here(found.record):  # taken over at once by the caller
         return found
     deadline = time.time() + ttl + 2 * clock_skew
     while found is not None and time.time() <= float(found.record["expires"]) + clock_skew < deadline:
@@ -410,12 +434,19 @@ def _holder(record: dict[str, Any]) -> str:
     )
 
 
-def _busy(url: str, record: dict[str, Any], now: float) -> str:
-    expires = float(record["expires"])
-    when = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _busy(url: str, record: dict[str, Any], now: float, clock_skew: float) -> str:
+    """The refusal: who holds the session and the moment from which a retry takes it over.
+
+    That moment is the record's expiry plus the clock-skew margin (what :func:`acquire_session_lease`
+    waits for), rounded up to a whole second, so a retry at the time stated succeeds unless the
+    holder renews its lease meanwhile (a live run renews it every ttl / 4).
+    """
+    free_at = math.ceil(float(record["expires"]) + clock_skew)
+    when = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seconds = max(1, math.ceil(free_at - now))
     return (
-        f"session '{url}' is in use by {_holder(record)}; its lease expires at {when} "
-        f"(in {max(0.0, expires - now):.0f} s) unless renewed; wait for that run to finish or stop it"
+        f"session '{url}' is in use by {_holder(record)}; a retry can take it over from {when} "
+        f"(in {seconds} s) if that run stops renewing its lease; wait for it to finish or stop it"
     )
 
 

@@ -9,6 +9,8 @@ heartbeat; a holder that was cut off and replaced notices and never writes over 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -21,13 +23,21 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
 import pytest
 
 from digideep.errors import UsageError
-from digideep.pipeline.lease import LEASE_FILE, Lease, LeaseLostError, acquire_session_lease
+from digideep.pipeline.lease import (
+    DEFAULT_CLOCK_SKEW,
+    LEASE_FILE,
+    Lease,
+    LeaseLostError,
+    acquire_session_lease,
+)
+from digideep.pipeline.lease_holder import this_process
 from tests.s3 import moto_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +82,9 @@ def test_a_held_session_is_refused_in_one_line_naming_the_holder_and_released_on
     message = str(refused.value)
     assert "\n" not in message and url in message
     assert f"host {record['host']}" in message and "flow run run-abc" in message
-    assert "lease expires at" in message
+    free_at = math.ceil(record["expires"] + DEFAULT_CLOCK_SKEW)  # when a retry would take it over
+    stated = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"a retry can take it over from {stated} (in " in message
 
     lease.release()
     assert read_record(s3_bucket, "sessions/run-1") is None
@@ -91,7 +103,8 @@ time.sleep(600)
 """
 
 
-def test_a_dead_hosts_lease_expires_and_the_next_starter_takes_it_over(s3_bucket, s3_env):
+def test_a_holder_killed_on_this_machine_is_taken_over_at_once_with_one_line(s3_bucket, s3_env, caplog):
+    """kill -9 of the holder, then a start right away: the dead pid is proven dead, not waited out."""
     url = f"s3://{s3_bucket}/sessions/dead"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, url],
@@ -102,10 +115,70 @@ def test_a_dead_hosts_lease_expires_and_the_next_starter_takes_it_over(s3_bucket
     try:
         dead_owner = holder.stdout.readline().strip()
     finally:
-        holder.send_signal(signal.SIGKILL)  # the host dies: no release, no more heartbeats
+        holder.send_signal(signal.SIGKILL)  # no release, no more heartbeats
         holder.wait()
     record = read_record(s3_bucket, "sessions/dead")
-    assert record["owner"] == dead_owner
+    assert record["owner"] == dead_owner and record["process"]["pid"] == holder.pid
+    assert record["process"] == {**this_process(), "pid": holder.pid, "started": record["process"]["started"]}
+
+    with caplog.at_level(logging.WARNING, logger="digideep.pipeline.lease"):
+        lease = acquire_session_lease(url, {"flow_run_id": "retry"}, ttl=120.0)  # far from expiry
+    try:
+        assert time.time() < record["expires"]
+        assert lease.took_over["owner"] == dead_owner
+        assert read_record(s3_bucket, "sessions/dead")["owner"] == lease.owner
+        lines = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+        assert lines == [
+            f"took over the session lease {url}/{LEASE_FILE} of host {record['host']} (flow run dead-run, "
+            f"pid {holder.pid}): that process no longer runs on this machine"
+        ]
+    finally:
+        lease.release()
+
+
+def test_a_reused_pid_or_a_live_holder_on_this_machine_is_not_taken_for_dead(s3_bucket):
+    """The pid alone proves nothing: a process started at another time under it is another process."""
+    url = f"s3://{s3_bucket}/sessions/reused"
+    here = this_process()
+    live = write_record(s3_bucket, "sessions/reused", process=here, pid=here["pid"])
+    with pytest.raises(UsageError, match=f"pid {here['pid']}"):
+        acquire_session_lease(url, {})  # this very process holds it: alive
+    reused = {**here, "started": here["started"] - 1}  # the pid's holder started at another time
+    write_record(s3_bucket, "sessions/reused", process=reused, pid=here["pid"])
+    with acquire_session_lease(url, {}) as lease:
+        assert lease.took_over["process"] == reused and lease.took_over["owner"] != live["owner"]
+
+
+def test_a_holder_on_another_machine_is_refused_until_the_time_the_message_states(s3_bucket):
+    """Another boot (another host, a rebooted one): never proven dead; the message's time is exact."""
+    url = f"s3://{s3_bucket}/sessions/elsewhere"
+    other = {**this_process(), "boot_id": uuid.uuid4().hex}
+    now = time.time()
+    # expired 1 s ago, still inside the clock-skew margin: the old message said "(in 0 s)" here
+    record = write_record(s3_bucket, "sessions/elsewhere", process=other, ttl=3.0, expires=now - 1.0)
+    with pytest.raises(UsageError) as refused:
+        acquire_session_lease(url, {}, clock_skew=4.0)
+    message = str(refused.value)
+    free_at = math.ceil(record["expires"] + 4.0)
+    stated = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seconds = int(message.split(" (in ", 1)[1].split(" s)", 1)[0])
+    assert f"from {stated} (in {seconds} s)" in message and "\n" not in message
+    assert 1 <= seconds <= math.ceil(free_at - now)
+    assert "(in 0 s)" not in message
+    time.sleep(max(0.0, free_at - time.time() - 0.3))  # just before the time stated: still refused
+    with pytest.raises(UsageError):
+        acquire_session_lease(url, {}, clock_skew=4.0)
+    time.sleep(max(0.0, free_at - time.time() + 0.05))  # at the time stated: taken over
+    with acquire_session_lease(url, {}, clock_skew=4.0) as lease:
+        assert lease.took_over["owner"] == record["owner"]
+
+
+def test_a_dead_hosts_lease_expires_and_the_next_starter_takes_it_over(s3_bucket):
+    """A record that proves nothing about its holder (another host): taken over after its ttl."""
+    url = f"s3://{s3_bucket}/sessions/dead-host"
+    record = write_record(
+        s3_bucket, "sessions/dead-host", flow_run_id="dead-run", ttl=2.0, expires=time.time() + 2
+    )
 
     def take() -> Lease | None:
         try:
@@ -118,8 +191,8 @@ def test_a_dead_hosts_lease_expires_and_the_next_starter_takes_it_over(s3_bucket
     taken: list[Lease] = []
     wait_until(lambda: taken.append(lease) or True if (lease := take()) else False)
     lease = taken[0]
-    assert lease.took_over["owner"] == dead_owner
-    assert read_record(s3_bucket, "sessions/dead")["owner"] == lease.owner
+    assert lease.took_over["owner"] == record["owner"]
+    assert read_record(s3_bucket, "sessions/dead-host")["owner"] == lease.owner
     lease.release()
 
 
