@@ -500,6 +500,10 @@ def _build_cli_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
 
+    from digideep.benchmark_cli import add_benchmark_parser
+
+    add_benchmark_parser(sub)
+
     envs = sub.add_parser(
         "envs",
         help="list registered environments with their spaces, or run one with random actions "
