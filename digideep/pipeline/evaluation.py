@@ -80,7 +80,7 @@ def whole_epochs(frames: int, epoch_frames: int, what: str) -> int:
     """
     if frames <= 0 or frames % epoch_frames:
         raise UsageError(
-            f"{what} of {frames} frames is not a whole number of epochs of {epoch_frames} frames "
+            f"{what} ({frames} frames) is not a whole number of epochs of {epoch_frames} frames "
             f"(epoch_size x n_steps x num_workers); give a positive multiple of {epoch_frames}"
         )
     return frames // epoch_frames

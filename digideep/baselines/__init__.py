@@ -1,0 +1,1 @@
+"""Reference implementations trained under digideep's evaluation protocol, as benchmark cells."""
