@@ -1,0 +1,153 @@
+"""``digideep report``: the statistics of a benchmark (or any selection of runs) from MLflow.
+
+::
+
+    digideep report --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] [--compare A B]
+                    [--last N] [--reps 2000] [--seed 0] [--out DIR] [--tracking-uri URI | --data-root DIR]
+
+Prints the per-environment table, writes the PNG figures, ``table.txt`` and one self-contained
+``report.html`` under ``--out`` (default ``<data_root>/reports/<name>/``), and logs them as artifacts
+``report/...`` of the benchmark's parent run when the selection is a benchmark. Every check runs
+before anything is written; bad input is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from digideep.errors import UsageError
+from digideep.report import DEFAULT_REPS
+from digideep.tracking.naming import DEFAULT_DATA_ROOT
+
+if TYPE_CHECKING:
+    from digideep.report.build import Report
+
+__all__ = ["add_report_parser", "command_report", "write_report"]
+
+ARTIFACT_PATH = "report"
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``report`` to the ``digideep`` command's subparsers; returns its parser."""
+    parser = subparsers.add_parser(
+        "report",
+        help="statistics of a benchmark's runs (rliable): table, figures and an HTML report",
+        description="Mean and 95 %% stratified bootstrap intervals per environment, normalised "
+        "aggregates (IQM, mean, median, optimality gap), performance profiles, sample-efficiency "
+        "curves and P(A > B), computed with rliable from the runs' eval/return. The store is "
+        "--tracking-uri, else $MLFLOW_TRACKING_URI, else the embedded store of 'digideep runs'.",
+    )
+    select = parser.add_argument_group("selection (runs matching all of them)")
+    select.add_argument("--benchmark", metavar="NAME", help="the cells of benchmark NAME")
+    select.add_argument("--experiment", metavar="NAME", help="runs of MLflow experiment NAME")
+    select.add_argument(
+        "--tag", action="append", default=[], metavar="KEY=VALUE", help="runs tagged KEY=VALUE (repeatable)"
+    )
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="P(A > B) between two algorithms")
+    parser.add_argument(
+        "--last", type=int, default=1, help="score = mean of the last N evaluations (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: <data-root>/reports/<name>)")
+    parser.add_argument("--references", metavar="TOML", help="reference scores (default: the shipped file)")
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
+    )
+    parser.add_argument(
+        "--data-root",
+        default=str(DEFAULT_DATA_ROOT),
+        help="folder of the embedded store (default: %(default)s)",
+    )
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(func=command_report)
+    return parser
+
+
+def command_report(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Select, check, compute, then print and write the report; bad input raises UsageError."""
+    from digideep.report.build import build_report  # rliable, pandas and matplotlib: only when used
+    from digideep.report.references import load_references
+    from digideep.report.selection import select_runs
+    from digideep.report.table import format_report
+    from digideep.tracking.failures import http_limits
+    from digideep.tracking.runs import open_client
+
+    out = out or sys.stdout
+    _check_numbers(args)
+    references = load_references(args.references) if args.references else load_references()
+    with http_limits(retries=2, timeout=30):  # a server that stops answering fails the command
+        client = open_client(args.tracking_uri, args.data_root)
+        selection = select_runs(client, args.benchmark, args.experiment, args.tag, args.last)
+        report = build_report(selection, references, args.last, args.reps, args.seed, args.compare)
+        folder = Path(args.out) if args.out else Path(args.data_root) / "reports" / _name(args)
+        text = format_report(report)
+        written = write_report(report, folder, text, _command(args))
+        out.write(text)
+        if selection.parent_run_id:
+            for path in written:
+                client.log_artifact(selection.parent_run_id, str(path), ARTIFACT_PATH)
+            out.write(f"logged {len(written)} files as '{ARTIFACT_PATH}/' of run {selection.parent_run_id}\n")
+    out.write(f"wrote {folder / 'report.html'}\n")
+    return 0
+
+
+def write_report(report: Report, folder: Path, text: str, command: str) -> list[Path]:
+    """Write the figures, ``table.txt`` and ``report.html`` into ``folder``, each atomically."""
+    from digideep.report.html import render_html
+    from digideep.utility.files import atomic_write_bytes, atomic_write_text
+
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {folder} is a file; name a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, png in report.figures.items():
+        atomic_write_bytes(folder / name, png)
+        written.append(folder / name)
+    atomic_write_text(folder / "table.txt", text)
+    atomic_write_text(folder / "report.html", render_html(report, command))
+    return [*written, folder / "table.txt", folder / "report.html"]
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.last < 1:
+        raise UsageError(f"--last {args.last} must be at least 1 (1: the final evaluation)")
+    if args.reps < 100:
+        raise UsageError(
+            f"--reps {args.reps} is too few for a 95 % interval; use at least 100 (default 2000)"
+        )
+    if args.compare and args.compare[0] == args.compare[1]:
+        raise UsageError(f"--compare names {args.compare[0]} twice; name two different algorithms")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a file; name a folder")
+
+
+def _name(args: argparse.Namespace) -> str:
+    """The default folder name: the benchmark, else the experiment, else the tags."""
+    name = args.benchmark or args.experiment or "_".join(args.tag) or "report"
+    return re.sub(r"[^\w.=-]+", "_", name)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that makes this report again (defaults written out)."""
+    words = ["digideep", "report"]
+    for option in ("benchmark", "experiment"):
+        if getattr(args, option):
+            words += [f"--{option}", getattr(args, option)]
+    for tag in args.tag:
+        words += ["--tag", tag]
+    if args.compare:
+        words += ["--compare", *args.compare]
+    words += ["--last", str(args.last), "--reps", str(args.reps), "--seed", str(args.seed)]
+    if args.references:
+        words += ["--references", args.references]
+    if args.tracking_uri:
+        words += ["--tracking-uri", args.tracking_uri]
+    return shlex.join(words)

@@ -1,0 +1,278 @@
+"""Which runs a report reads, checked against the evaluation protocol before any number is computed.
+
+A run contributes its ``eval/return`` history (step = training frames, one point per evaluation) and
+the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
+flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
+``cpanel/model_name`` and ``cpanel/seed``). Only runs that ended FINISHED are read. Every refusal is a
+:class:`~digideep.errors.UsageError` of one line that says what to change.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mlflow import MlflowClient
+
+from digideep.errors import UsageError
+
+__all__ = [
+    "BENCHMARK_TAG",
+    "KIND_TAG",
+    "PROTOCOL_PARAMS",
+    "RETURN_METRIC",
+    "Protocol",
+    "RunScores",
+    "Selection",
+    "select_runs",
+]
+
+RETURN_METRIC = "eval/return"
+PROTOCOL_PARAMS = ("eval/frame_interval", "eval/episodes", "eval/frame_budget")
+KIND_TAG = "digideep.kind"
+BENCHMARK_TAG = "digideep.benchmark"
+DEFAULT_VARIANT = "default"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The evaluation protocol every selected run shares (its ``eval/*`` params)."""
+
+    frame_interval: int
+    episodes: int
+    frame_budget: int
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """One run's evaluations: ``frames: (evals,) int64`` ascending, ``returns: (evals,) float64``."""
+
+    run_id: str
+    algorithm: str
+    variant: str
+    env: str
+    seed: str
+    frames: np.ndarray
+    returns: np.ndarray
+
+    @property
+    def group(self) -> str:
+        """What the report compares: the algorithm, with ``@variant`` unless it is the default."""
+        return self.algorithm if self.variant == DEFAULT_VARIANT else f"{self.algorithm}@{self.variant}"
+
+    def score(self, last: int = 1) -> float:
+        """The run's score: the mean ``eval/return`` of its last ``last`` evaluations (1: the final one)."""
+        return float(np.mean(self.returns[-last:]))
+
+
+@dataclass
+class Selection:
+    """The runs of a report, grouped; ``parent_run_id`` is the benchmark's parent run, if any."""
+
+    description: str
+    runs: list[RunScores]
+    protocol: Protocol
+    parent_run_id: str | None = None
+    left_out: int = 0  # runs matched but not FINISHED
+    groups: list[str] = field(default_factory=list)
+    envs: list[str] = field(default_factory=list)
+
+    def runs_of(self, group: str, env: str) -> list[RunScores]:
+        """The runs of ``group`` on ``env``, by seed."""
+        runs = [r for r in self.runs if r.group == group and r.env == env]
+        return sorted(runs, key=lambda r: _seed_key(r.seed))
+
+    def score_matrix(self, group: str, envs: Sequence[str], last: int = 1) -> np.ndarray:
+        """``(seeds, envs) float64`` scores of ``group``: the seeds it ran on every one of ``envs``."""
+        seeds = self.common_seeds(group, envs)
+        return np.array(
+            [[self._run(group, env, seed).score(last) for env in envs] for seed in seeds], dtype=np.float64
+        ).reshape(len(seeds), len(envs))
+
+    def curve_tensor(self, group: str, envs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``frames: (points,)`` and ``returns: (seeds, envs, points)``, at the frames every run evaluated."""
+        seeds = self.common_seeds(group, envs)
+        runs = [[self._run(group, env, seed) for env in envs] for seed in seeds]
+        frames = self.common_frames()
+        tensor = np.array(
+            [[r.returns[np.searchsorted(r.frames, frames)] for r in row] for row in runs], dtype=np.float64
+        )
+        return frames, tensor.reshape(len(seeds), len(envs), len(frames))
+
+    def common_seeds(self, group: str, envs: Sequence[str]) -> list[str]:
+        """The seeds ``group`` has a run for on every one of ``envs``."""
+        sets = [{r.seed for r in self.runs_of(group, env)} for env in envs]
+        return sorted(set.intersection(*sets), key=_seed_key) if sets else []
+
+    def common_frames(self) -> np.ndarray:
+        """The frame points at which every selected run evaluated, ascending."""
+        frames = set(self.runs[0].frames.tolist())
+        for run in self.runs[1:]:
+            frames &= set(run.frames.tolist())
+        return np.array(sorted(frames), dtype=np.int64)
+
+    def _run(self, group: str, env: str, seed: str) -> RunScores:
+        return next(r for r in self.runs_of(group, env) if r.seed == seed)
+
+
+def select_runs(
+    client: MlflowClient,
+    benchmark: str | None = None,
+    experiment: str | None = None,
+    tags: Sequence[str] = (),
+    last: int = 1,
+) -> Selection:
+    """The FINISHED runs matching every given criterion, read and checked.
+
+    Raises:
+        UsageError: no criterion, no run, a run outside the protocol, protocols or budgets mixed,
+            a cell with two runs, or a run with fewer than ``last`` evaluations.
+    """
+    filters, description = _filters(benchmark, tags)
+    if experiment:
+        description.insert(0, f"experiment {experiment}")
+    if not description:
+        raise UsageError(
+            "choose the runs to report with --benchmark NAME, --experiment NAME or --tag KEY=VALUE"
+        )
+    matched = _search(client, experiment, filters)
+    parents = [r for r in matched if r.data.tags.get(KIND_TAG) == "benchmark"]
+    cells = [r for r in matched if r.data.tags.get(KIND_TAG) != "benchmark"]
+    finished = [r for r in cells if r.info.status == "FINISHED"]
+    what = ", ".join(description)
+    if not finished:
+        extra = f" ({len(cells)} not FINISHED)" if cells else ""
+        raise UsageError(
+            f"no finished runs match {what} at {client.tracking_uri}{extra}; list runs with 'digideep runs'"
+        )
+    protocol = _one_protocol(finished)
+    runs = [_read_run(client, run, protocol, last) for run in finished]
+    _check_cells(runs)
+    return Selection(
+        description=what,
+        runs=runs,
+        protocol=protocol,
+        parent_run_id=_parent_id(parents, benchmark),
+        left_out=len(cells) - len(finished),
+        groups=sorted({r.group for r in runs}),
+        envs=sorted({r.env for r in runs}),
+    )
+
+
+def _filters(benchmark: str | None, tags: Sequence[str]) -> tuple[list[str], list[str]]:
+    filters: list[str] = []
+    description: list[str] = []
+    if benchmark:
+        filters.append(f"tags.`{BENCHMARK_TAG}` = '{_quoted(benchmark)}'")
+        description.append(f"benchmark {benchmark}")
+    for pair in tags:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--tag '{pair}' is not KEY=VALUE; write e.g. --tag env=Hopper-v5")
+        filters.append(f"tags.`{key}` = '{_quoted(value)}'")
+        description.append(f"tag {key}={value}")
+    return filters, description
+
+
+def _quoted(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def _search(client: MlflowClient, experiment: str | None, filters: list[str]) -> list[Any]:
+    if experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise UsageError(
+                f"no experiment '{experiment}' at {client.tracking_uri}; list them with 'digideep runs'"
+            )
+        ids = [found.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    runs: list[Any] = []
+    token = None
+    while True:  # every page: a benchmark may hold more cells than one page
+        page = client.search_runs(
+            ids, filter_string=" and ".join(filters), max_results=1000, page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _one_protocol(runs: Sequence[Any]) -> Protocol:
+    values: dict[str, Counter] = {name: Counter() for name in PROTOCOL_PARAMS}
+    for run in runs:
+        for name in PROTOCOL_PARAMS:
+            value = run.data.params.get(name)
+            if value is None:
+                raise UsageError(
+                    f"run {run.info.run_id} has no '{name}' param: it was not trained with the evaluation "
+                    "protocol (docs/report.md); retrain it, or narrow the selection with --tag"
+                )
+            values[name][value] += 1
+    for name, counts in values.items():
+        if len(counts) > 1:
+            spread = ", ".join(f"{value} in {n} runs" for value, n in sorted(counts.items()))
+            raise UsageError(
+                f"the runs mix {name} ({spread}); one report compares one protocol: narrow the "
+                "selection with --tag or --experiment"
+            )
+    interval, episodes, budget = (int(next(iter(values[name]))) for name in PROTOCOL_PARAMS)
+    return Protocol(frame_interval=interval, episodes=episodes, frame_budget=budget)
+
+
+def _read_run(client: MlflowClient, run: Any, protocol: Protocol, last: int) -> RunScores:
+    tags, params, run_id = run.data.tags, run.data.params, run.info.run_id
+    by_step: dict[int, tuple[int, float]] = {}
+    for metric in client.get_metric_history(run_id, RETURN_METRIC):
+        if metric.step not in by_step or metric.timestamp >= by_step[metric.step][0]:
+            by_step[metric.step] = (metric.timestamp, metric.value)  # a resumed run's last word per step
+    frames = np.array(sorted(by_step), dtype=np.int64)
+    returns = np.array([by_step[int(step)][1] for step in frames], dtype=np.float64)
+    if len(frames) < last or (len(frames) and frames[-1] != protocol.frame_budget):
+        ends = f"at frame {frames[-1]}" if len(frames) else "without any"
+        raise UsageError(
+            f"run {run_id} ends its '{RETURN_METRIC}' evaluations {ends} ({len(frames)} of them), not at "
+            f"its eval/frame_budget {protocol.frame_budget} with at least {last}: finish or leave it out"
+        )
+    algorithm = tags.get("algorithm") or tags.get("digideep.params_module")
+    env = tags.get("env") or params.get("cpanel/model_name")
+    seed = tags.get("seed") or params.get("cpanel/seed")
+    if not (algorithm and env and seed is not None):
+        raise UsageError(
+            f"run {run_id} lacks the tags algorithm, env and seed (the benchmark flow sets them); "
+            "tag it or narrow the selection"
+        )
+    variant = tags.get("variant") or DEFAULT_VARIANT
+    return RunScores(run_id, algorithm, variant, env, str(seed), frames, returns)
+
+
+def _check_cells(runs: Sequence[RunScores]) -> None:
+    cells: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for run in runs:
+        cells[(run.group, run.env, run.seed)].append(run.run_id)
+    for (group, env, seed), ids in cells.items():
+        if len(ids) > 1:
+            raise UsageError(
+                f"{group} on {env} seed {seed} has {len(ids)} finished runs ({', '.join(ids)}); "
+                "delete the extra ones or narrow the selection with --tag"
+            )
+
+
+def _parent_id(parents: Sequence[Any], benchmark: str | None) -> str | None:
+    if not benchmark or not parents:
+        return None
+    if len(parents) > 1:
+        ids = ", ".join(p.info.run_id for p in parents)
+        raise UsageError(
+            f"benchmark {benchmark} has {len(parents)} parent runs ({ids}); pick one with --experiment"
+        )
+    return parents[0].info.run_id
+
+
+def _seed_key(seed: str) -> tuple[int, int | str]:
+    return (0, int(seed)) if seed.lstrip("-").isdigit() else (1, seed)
