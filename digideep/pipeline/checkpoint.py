@@ -50,8 +50,10 @@ __all__ = [
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
     "Checkpoint",
+    "DamagedCheckpointError",
     "PendingCheckpoint",
     "apply_retention",
+    "committed_checkpoints",
     "find_checkpoints",
     "incomplete_checkpoints",
     "latest_checkpoint",
@@ -82,6 +84,11 @@ _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 Folder = str | Path | Location
 """A checkpoints folder or a checkpoint: a local path, a URL or a :class:`Location`."""
+
+
+class DamagedCheckpointError(UsageError):
+    """A committed checkpoint whose files are missing, truncated or differ from its commit record:
+    a resume passes over it to an older one (see :func:`committed_checkpoints`)."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +259,16 @@ def find_checkpoints(folder: Folder) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.iteration)
 
 
+def committed_checkpoints(folder: Folder) -> list[Checkpoint]:
+    """Every committed checkpoint under ``folder``, whole or not, newest first: what a resume tries in
+    turn (:func:`find_checkpoints` leaves out those that lost a file; :func:`load_checkpoint` raises
+    :class:`DamagedCheckpointError` for those and for files that differ from the commit record)."""
+    folder = location_of(folder)
+    found = find_checkpoints(folder)
+    found += [Checkpoint(c, int(_NAME.match(c.name).group(1))) for c in incomplete_checkpoints(folder)]
+    return sorted(found, key=lambda c: c.iteration, reverse=True)
+
+
 def latest_checkpoint(folder: Folder) -> Checkpoint | None:
     """The newest committed checkpoint under ``folder``, or None."""
     found = find_checkpoints(folder)
@@ -296,13 +313,17 @@ def _read_runner_info(location: Location) -> tuple[dict[str, Any], bytes]:
         data = runner_file.read_bytes()
         info = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
-        raise UsageError(
+        raise DamagedCheckpointError(
             f"checkpoint file '{runner_file}' is missing; the checkpoint is incomplete"
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"checkpoint file '{runner_file}' is damaged (not valid JSON: {error})") from None
+        raise DamagedCheckpointError(
+            f"checkpoint file '{runner_file}' is damaged (not valid JSON: {error})"
+        ) from None
     if not isinstance(info, dict) or "format_version" not in info:
-        raise UsageError(f"checkpoint file '{runner_file}' is not a digideep runner.json (no format_version)")
+        raise DamagedCheckpointError(
+            f"checkpoint file '{runner_file}' is not a digideep runner.json (no format_version)"
+        )
     if info["format_version"] not in READABLE_VERSIONS:
         readable = " and ".join(str(v) for v in READABLE_VERSIONS)
         raise UsageError(
@@ -311,7 +332,9 @@ def _read_runner_info(location: Location) -> tuple[dict[str, Any], bytes]:
         )
     for name in ("params", "iteration"):
         if name not in info:
-            raise UsageError(f"checkpoint file '{runner_file}' lacks the field '{name}'; the file is damaged")
+            raise DamagedCheckpointError(
+                f"checkpoint file '{runner_file}' lacks the field '{name}'; the file is damaged"
+            )
     return info, data
 
 
@@ -328,27 +351,31 @@ def _commit_record(location: Location) -> dict[str, dict[str, Any]] | None:
     except FileNotFoundError:
         if not (location / SAVING_MARK).exists():
             return None  # written by an older version, committed by a folder rename
-        raise UsageError(
+        raise DamagedCheckpointError(
             f"checkpoint '{location}' was never committed (no {COMMIT_FILE}: its save was cut short); "
             "load an earlier checkpoint"
         ) from None
     except ValueError as error:
-        raise UsageError(f"checkpoint file '{record_file}' is damaged (not valid JSON: {error})") from None
+        raise DamagedCheckpointError(
+            f"checkpoint file '{record_file}' is damaged (not valid JSON: {error})"
+        ) from None
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or not {RUNNER_FILE, STATES_FILE} <= set(files):
-        raise UsageError(f"checkpoint file '{record_file}' does not list {RUNNER_FILE} and {STATES_FILE}")
+        raise DamagedCheckpointError(
+            f"checkpoint file '{record_file}' does not list {RUNNER_FILE} and {STATES_FILE}"
+        )
     return files
 
 
 def _verify(file: Location, data: bytes, entry: dict[str, Any]) -> None:
     """Check ``data`` read from ``file`` against its commit-record entry."""
     if len(data) != entry.get("size"):
-        raise UsageError(
+        raise DamagedCheckpointError(
             f"checkpoint file '{file}' is damaged or truncated ({len(data)} bytes, "
             f"the commit record says {entry.get('size')})"
         )
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-        raise UsageError(
+        raise DamagedCheckpointError(
             f"checkpoint file '{file}' is damaged or truncated (its sha256 differs from the commit record)"
         )
 
@@ -363,7 +390,8 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
     network and optimizer tensors to its own device. A version 1 checkpoint is converted.
 
     Raises:
-        UsageError: a file is missing, truncated, damaged, uncommitted or of an incompatible version.
+        DamagedCheckpointError: a file is missing, truncated, damaged or uncommitted.
+        UsageError: the folder does not exist or is of an incompatible version.
     """
     location = location_of(path)
     info, runner_data = _read_runner_info(location)
@@ -374,7 +402,7 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         data = states_file.read_bytes()
     except (FileNotFoundError, IsADirectoryError):
-        raise UsageError(
+        raise DamagedCheckpointError(
             f"checkpoint file '{states_file}' is missing; the checkpoint is incomplete"
         ) from None
     if files is not None:
@@ -383,9 +411,11 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
         states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UsageError(f"checkpoint file '{states_file}' is damaged or truncated ({first_line})") from None
+        raise DamagedCheckpointError(
+            f"checkpoint file '{states_file}' is damaged or truncated ({first_line})"
+        ) from None
     if not isinstance(states, dict):
-        raise UsageError(f"checkpoint file '{states_file}' does not hold a dict of states")
+        raise DamagedCheckpointError(f"checkpoint file '{states_file}' does not hold a dict of states")
     if info["format_version"] == 1:
         return info, _upgrade_v1(states)
     return info, decode(states)

@@ -19,12 +19,16 @@ from pathlib import Path
 from typing import Any, Self
 
 from digideep.errors import UsageError
+from digideep.memory.zarr_store import DamagedMemoryError
 from digideep.pipeline import components
 from digideep.pipeline.checkpoint import (
     Checkpoint,
+    DamagedCheckpointError,
     apply_retention,
+    committed_checkpoints,
     find_checkpoints,
     load_checkpoint,
+    read_runner_info,
     write_checkpoint,
 )
 from digideep.pipeline.counters import Counters
@@ -179,19 +183,155 @@ class RunnerStateMixin:
                 that does not exist or does not import (one line naming its recorded folder).
         """
         info, states = load_checkpoint(path)
+        return cls._build(session, path, info, states, tracker=tracker, modes=modes, params=params)
+
+    @classmethod
+    def _build(
+        cls,
+        session: Session,
+        path: Path | str,
+        info: dict[str, Any],
+        states: dict[str, Any],
+        *,
+        tracker: Any = None,
+        modes: tuple[str, ...] = ("train", "test"),
+        params: dict[str, Any] | None = None,
+    ) -> Self:
+        """:meth:`from_checkpoint` of a checkpoint already read; a restore that fails (a damaged
+        memory) closes the Runner (its environments and memory threads) before the error goes on."""
         folders = info.get(IMPORT_PATHS) or session.info().get(IMPORT_PATHS)  # older runner.json: none
         use_code_folders(folders, params or info["params"], f"session '{session.url}'")
         components.check_classes(info, path)
         runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
-        if "train" in modes:
-            runner.load_state_dict(states)
-        else:  # play: only the policies (and the eval explorer's normalisers) are needed
-            for name, agent in runner.agents.items():
-                agent.load_state_dict(states["agents"][name])
-            train_explorer = states["explorers"].get("train")
-            for explorer in runner.explorers.values():
-                components.load_normalizers(explorer, train_explorer)
+        try:
+            if "train" in modes:
+                runner.load_state_dict(states)
+            else:  # play: only the policies (and the eval explorer's normalisers) are needed
+                for name, agent in runner.agents.items():
+                    agent.load_state_dict(states["agents"][name])
+                train_explorer = states["explorers"].get("train")
+                for explorer in runner.explorers.values():
+                    components.load_normalizers(explorer, train_explorer)
+        except BaseException:
+            runner.close()
+            raise
         return runner
+
+    @classmethod
+    def resume(cls, session: Session) -> tuple[Self, Checkpoint] | None:
+        """Rebuild the Runner of ``session`` from its newest checkpoint that resumes exactly.
+
+        Checkpoints are tried newest first (:func:`committed_checkpoints`). One is passed over when
+        a file of it is missing or differs from its commit record, or when the metrics journal was
+        cut short of the records it covers; the first good one is used, with one warning naming what
+        was damaged and the iterations and frames trained again. A checkpoint resumes exactly only if
+        every memory comes back as it saved it: the replay memory is one ring that moved on since
+        an older checkpoint (only the newest is kept whole by the undo area), so an older one whose
+        rows later stores overwrote is refused, and so is every checkpoint when a memory chunk fails
+        its checksum (they all read the same memory).
+
+        Returns:
+            The Runner and its checkpoint, or None if the session has no committed checkpoint.
+
+        Raises:
+            UsageError: no checkpoint resumes exactly: one line naming what is damaged and what to do.
+        """
+        skipped: list[tuple[Checkpoint, str]] = []
+        journal = MetricsJournal(session.path / JOURNAL_FILE)
+        for checkpoint in committed_checkpoints(session.checkpoints_location):
+            try:
+                info, states = load_checkpoint(checkpoint.path)
+            except DamagedCheckpointError as error:
+                skipped.append((checkpoint, str(error)))
+                continue
+            offset = states.get("journal", {}).get("offset", 0)
+            if offset > journal.size:
+                skipped.append(
+                    (
+                        checkpoint,
+                        f"the metrics journal {journal.path} holds {journal.size} bytes, "
+                        f"short of the {offset} this checkpoint covers (it was cut)",
+                    )
+                )
+                continue
+            try:
+                runner = cls._build(session, checkpoint.path, info, states)
+            except DamagedMemoryError as error:
+                raise UsageError(f"{error}; {_every_checkpoint_reads_it(session)}") from None
+            moved = _memories_not_whole(runner, states["memories"])
+            if moved:
+                runner.close()
+                raise UsageError(_nothing_left(session, skipped, checkpoint, moved))
+            if skipped:
+                log.warning("%s", _fallback_line(skipped, checkpoint, info))
+            return runner, checkpoint
+        if skipped:
+            raise UsageError(_nothing_left(session, skipped))
+        return None
+
+
+def _every_checkpoint_reads_it(session: Session) -> str:
+    """What to do when the memory itself is damaged."""
+    return (
+        f"every checkpoint of session '{session.url}' resumes from this memory, so none resumes exactly; "
+        f"{_start_anew(session)}"
+    )
+
+
+def _start_anew(session: Session) -> str:
+    module = session.info().get("params_module") or "<your params>"
+    return f"start a new session (digideep train --params {module}) and keep this one to inspect"
+
+
+def _memories_not_whole(runner: Any, saved: dict[str, Any]) -> str:
+    """What the restored memories lack of the checkpoint's (empty when they came back whole)."""
+    out = []
+    for name, memory in runner.memories.items():
+        restored = memory.state_dict()
+        if restored != saved[name]:
+            out.append(
+                f"memory '{name}' keeps {restored.get('size')} of its {saved[name].get('size')} rows per "
+                "worker (later stores overwrote the others)"
+            )
+    return "; ".join(out)
+
+
+def _fallback_line(skipped: list[tuple[Checkpoint, str]], used: Checkpoint, info: dict[str, Any]) -> str:
+    """One line: what was damaged, which checkpoint is used, and what is trained again."""
+    newest = skipped[0][0]
+    frames = _frames_of(newest)
+    lost = "" if frames is None else f", {frames - info['counters']['frames']} frames"
+    damaged = "; ".join(f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped)
+    return (
+        f"passing over damaged checkpoints ({damaged}); resuming from checkpoint-{used.iteration}: "
+        f"iterations {used.iteration + 1} to {newest.iteration} ({newest.iteration - used.iteration}{lost}) are "
+        "trained again"
+    )
+
+
+def _frames_of(checkpoint: Checkpoint) -> int | None:
+    """The frames counter of a checkpoint's runner.json, if it can still be read."""
+    try:
+        return int(read_runner_info(checkpoint.path)["counters"]["frames"])
+    except (UsageError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _nothing_left(
+    session: Session,
+    skipped: list[tuple[Checkpoint, str]],
+    older: Checkpoint | None = None,
+    moved: str = "",
+) -> str:
+    """One line: no checkpoint of ``session`` resumes exactly, why, and what to do."""
+    damaged = "; ".join(f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped)
+    why = f"damaged ({damaged})" if damaged else "not whole"
+    if older is not None:
+        why += (
+            f", and checkpoint-{older.iteration} and the older ones cannot come back exactly: {moved} "
+            "(only the newest checkpoint's memory is kept whole)"
+        )
+    return f"session '{session.url}' has no checkpoint that resumes exactly: the newer ones are {why}; {_start_anew(session)}"
 
 
 def resume_checkpoint(session: Session) -> Checkpoint:
