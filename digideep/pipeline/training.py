@@ -21,9 +21,8 @@ from typing import Any
 import torch
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import incomplete_checkpoints, latest_checkpoint
 from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall, call_directly, resume_checkpoint
+from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall, call_directly
 from digideep.pipeline.session import DEFAULT_ROOT, Session
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
@@ -144,10 +143,10 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
     threads = params.get("session", {}).get("torch_threads")
     if threads:
         torch.set_num_threads(threads)
-    found = latest_checkpoint(session.checkpoints_location)  # committed and complete ones only
-    if found is None and incomplete_checkpoints(session.checkpoints_location):
-        resume_checkpoint(session)  # damaged checkpoints and no good one: refused, not started over
-    if found is None:  # (a first save cut short leaves a marked folder: the next save removes it)
+    # the newest checkpoint that resumes exactly (damaged ones passed over with a line), before
+    # tracking starts; its memory is restored and checked, the journal rewound to it
+    resumed = Runner.resume(session)  # none whole: refused in one line, not started over
+    if resumed is None:  # (a first save cut short leaves a marked folder: the next save removes it)
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
         use_code_folders(session.info().get(IMPORT_PATHS), params, f"session '{session.url}'")
         shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
@@ -156,9 +155,8 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
         runner = Runner(session, params, journal=journal)
         return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None)
+    runner, found = resumed
     log.info("resuming session %s from %s", session.url, found.path)
-    # a damaged checkpoint fails here, before tracking starts; the journal is rewound to it
-    runner = Runner.from_checkpoint(session, found.path)
     return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), found.path)
 
 
