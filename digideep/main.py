@@ -19,7 +19,8 @@
 
 ``--device`` and ``--deterministic`` work with every command but ``runs`` (see
 :mod:`digideep.pipeline.devices`). Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
-with code 2, before anything is written to disk.
+with code 2, before anything is written to disk. Training stopped by Ctrl-C or SIGTERM writes its
+checkpoint, prints one line saying how to resume it and exits with 130 or 143 (:data:`EXIT_STATUS`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from digideep.pipeline.session import (
     check_session_name,
     check_session_root,
 )
+from digideep.pipeline.signals import RunStoppedError, exit_code
 from digideep.utility.location import Location, is_url
 from digideep.utility.progress import console_handler
 
@@ -50,6 +52,12 @@ __all__ = ["cli", "main"]
 
 log = logging.getLogger("digideep")
 EXIT_USAGE = 2
+EXIT_STATUS = (
+    "exit status: 0 trained (or stopped at max_iterations or max_wall_time), 2 bad input; "
+    "130 stopped by Ctrl-C (SIGINT), 143 stopped by SIGTERM: both after writing a checkpoint, "
+    "with one line saying how to resume (digideep resume SESSION)"
+)
+"""The exit statuses of training, in ``--help`` (the stop codes are a shell's: 128 + the signal)."""
 
 
 def _add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -303,6 +311,7 @@ def _train(
     """
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
+    from digideep.utility.processes import stop_on_signals
 
     if no_prefect:
         handle = open_run(
@@ -314,16 +323,24 @@ def _train(
             description=description,
         )
         reason = run_training(handle)
+        if handle is not None and exit_code(reason):
+            raise RunStoppedError(reason, handle.runner.counters.iteration, handle.session.name, root)
     else:
         train = _train_flow()
-        result = train(
-            params=params or "",
-            cpanel=parse_cpanel(cpanel),
-            session_name=name,
-            session_path=root,
-            resume=resume,
-            description=description,
-        )
+        from flows.server import prefect_api
+
+        # the flow's own server (when none is configured) runs in a session of its own, so Ctrl-C
+        # stops only the run; SIGTERM and SIGHUP outside training interrupt like Ctrl-C does, so
+        # that the server is stopped on every way out. A stopped run raises RunStoppedError.
+        with stop_on_signals(), prefect_api():
+            result = train(
+                params=params or "",
+                cpanel=parse_cpanel(cpanel),
+                session_name=name,
+                session_path=root,
+                resume=resume,
+                description=description,
+            )
         reason = result["stopped"]
     log.info("done: %s", reason)
     return 0
@@ -453,12 +470,17 @@ def _build_cli_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = sub.add_parser(
-        "train", help="train from a parameter file", description="Train from a parameter file."
+        "train",
+        help="train from a parameter file",
+        description="Train from a parameter file.",
+        epilog=EXIT_STATUS,
     )
     _add_train_options(train, required=True)
     train.set_defaults(func=command_train)
 
-    resume = sub.add_parser("resume", help="continue a session from its newest checkpoint")
+    resume = sub.add_parser(
+        "resume", help="continue a session from its newest checkpoint", epilog=EXIT_STATUS
+    )
     resume.add_argument("session", help="session name (under --session-path) or path")
     _add_common_options(resume)
     resume.add_argument("--no-prefect", action="store_true", help="run the plain Runner.train() loop")
@@ -516,7 +538,9 @@ def _build_cli_parser() -> argparse.ArgumentParser:
 
 def _build_main_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m digideep.main", description="digideep, original entry point: train, resume or play."
+        prog="python -m digideep.main",
+        description="digideep, original entry point: train, resume or play.",
+        epilog=EXIT_STATUS,
     )
     _add_train_options(parser, required=False)
     parser.add_argument("--resume", metavar="SESSION", help="continue SESSION from its newest checkpoint")
@@ -546,6 +570,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     except UsageError as error:
         print(f"digideep: error: {_refused_credentials(error) or error}", file=sys.stderr)
         return EXIT_USAGE
+    except RunStoppedError as stopped:  # a signal stopped training after its checkpoint
+        print(f"digideep: {stopped}", file=sys.stderr)
+        return stopped.exit_code
     except KeyboardInterrupt:
         print("digideep: interrupted", file=sys.stderr)
         return 130

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from typing import Any, Literal
 
@@ -22,10 +23,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import deployment as deployment_runtime
 from prefect.runtime import flow_run as flow_run_runtime
+from prefect.states import Cancelled, State
 
 from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.pipeline.signals import RunStoppedError, exit_code
 from digideep.pipeline.training import TaskGranularity, close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.location import Location
@@ -189,8 +192,13 @@ def train(
     description: str | None = None,
     trial: dict[str, Any] | None = None,
     benchmark: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
+
+    A run stopped by SIGINT or SIGTERM (Ctrl-C, a worker or a scheduler stopping it) checkpoints and
+    ends Cancelled, not Completed, with the command that resumes it as its message and
+    :class:`~digideep.pipeline.signals.RunStoppedError` as its data (which a call from Python
+    raises). The UI's Retry (or ``prefect flow-run retry``) resumes it as it does a failed run.
 
     Args:
         params: parameter module, e.g. ``params.pendulum_sac``.
@@ -274,6 +282,10 @@ def train(
     finally:
         _RUNNERS.pop(key, None)
         _BODY_SECONDS.pop(key, None)
+    if exit_code(reason):  # a signal: Cancelled, so that neither a scheduler nor the UI takes it for done
+        stopped = RunStoppedError(reason, runner.counters.iteration, handle.session.name, session_path)
+        retry = ", or Retry this flow run" if deployment_runtime.id else ""  # (a deployment's run)
+        return Cancelled(message=f"{stopped}{retry}", data=stopped)
     return {
         "session": handle.session.url,
         "stopped": reason,
@@ -283,24 +295,32 @@ def train(
     }
 
 
-def _main() -> None:
-    parser = argparse.ArgumentParser(description="Run the train flow locally (ephemeral Prefect server).")
+def _main() -> int:
+    parser = argparse.ArgumentParser(
+        description="Run the train flow locally (against PREFECT_API_URL, else a temporary Prefect server)."
+    )
     parser.add_argument("--params", default="params.pendulum_sac")
     parser.add_argument("--cpanel", default="{}")
     parser.add_argument("--session-name")
     parser.add_argument("--session-path", default=str(DEFAULT_ROOT), help="a folder or a URL (s3://...)")
     args = parser.parse_args()
     from digideep.pipeline.params import parse_cpanel
+    from flows.server import prefect_api
 
-    print(
-        train(
-            params=args.params,
-            cpanel=parse_cpanel(args.cpanel),
-            session_name=args.session_name,
-            session_path=args.session_path,
-        )
-    )
+    try:
+        with prefect_api():
+            result = train(
+                params=args.params,
+                cpanel=parse_cpanel(args.cpanel),
+                session_name=args.session_name,
+                session_path=args.session_path,
+            )
+    except RunStoppedError as stopped:
+        print(stopped, file=sys.stderr)
+        return stopped.exit_code
+    print(result)
+    return 0
 
 
 if __name__ == "__main__":
-    _main()
+    sys.exit(_main())

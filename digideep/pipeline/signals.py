@@ -3,7 +3,7 @@
 A run stopped by a signal ends like a shell reports a process killed by it, so that a scheduler or
 a script tells it from a finished run: exit status 128 + the signal's number (:func:`exit_code`:
 130 for SIGINT, 143 for SIGTERM), a KILLED MLflow run, a Cancelled Prefect flow run, and one line
-saying how to resume it (:func:`stopped_line`).
+saying how to resume it (:class:`RunStoppedError`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from digideep.pipeline.session import DEFAULT_ROOT
 
-__all__ = ["StopOnSignals", "exit_code", "signal_reason", "stopped_line"]
+__all__ = ["RunStoppedError", "StopOnSignals", "exit_code", "signal_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,28 @@ def exit_code(reason: str | None) -> int:
     return 0
 
 
-def stopped_line(reason: str, iteration: int, session_name: str, session_path: str | Path) -> str:
-    """One line for a run stopped by a signal: where it stopped and the command that resumes it."""
-    command = f"digideep resume {shlex.quote(session_name)}"
-    if str(session_path) != str(DEFAULT_ROOT):
-        command += f" --session-path {shlex.quote(str(session_path))}"
-    name = reason.removesuffix(_REASON_SUFFIX)
-    return f"stopped by {name} at iteration {iteration}, checkpoint written; resume with: {command}"
+class RunStoppedError(Exception):
+    """A run that a signal stopped after writing its checkpoint; the message says how to resume it.
+
+    What a caller that asked for the run gets instead of its result: ``digideep`` prints the message
+    and exits with :attr:`exit_code`; the Prefect flow ends Cancelled with it as the state's data, so
+    calling the flow from Python raises it.
+
+    Attributes:
+        reason: the stop reason, e.g. ``"SIGTERM received"``.
+        exit_code: 128 + the signal's number (:func:`exit_code`).
+    """
+
+    def __init__(self, reason: str, iteration: int, session_name: str, session_path: str | Path) -> None:
+        command = f"digideep resume {shlex.quote(session_name)}"
+        if str(session_path) != str(DEFAULT_ROOT):
+            command += f" --session-path {shlex.quote(str(session_path))}"
+        signal_name = reason.removesuffix(_REASON_SUFFIX)
+        super().__init__(
+            f"stopped by {signal_name} at iteration {iteration}, checkpoint written; resume with: {command}"
+        )
+        self.reason = reason
+        self.exit_code = exit_code(reason)
 
 
 class StopOnSignals:

@@ -24,7 +24,7 @@ import psutil
 
 from digideep.errors import UsageError
 
-__all__ = ["check_port_free", "stop_on_signals", "stop_tree", "wait_for_http"]
+__all__ = ["check_port_free", "free_port", "stop_on_signals", "stop_tree", "wait_for_http"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -78,6 +78,13 @@ def stop_tree(process: subprocess.Popen, grace: float = 20.0, first: int = signa
             member.kill()
     psutil.wait_procs(tree, timeout=10)
     process.wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that nothing listens on right now (the system picks it)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 def check_port_free(port: int, what: str, host: str = "127.0.0.1") -> None:
