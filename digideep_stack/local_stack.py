@@ -1,10 +1,12 @@
 """A Prefect server and a process worker on one machine, bound to 127.0.0.1.
 
 ``python -m digideep_stack.local_stack up`` (``make prefect-up``) starts the server, creates the process work
-pool, deploys everything in ``prefect.yaml`` and runs a worker until Ctrl-C, SIGTERM or SIGHUP, which
-stop the server, the worker and everything they started (:mod:`digideep.utility.processes`). A port
-taken by a server left running is refused in one line. The tests start the same stack through
-:class:`LocalStack`.
+pool, deploys everything in ``prefect.yaml``, makes the Prefect profile ``digideep-local`` (this
+server) the active one, so that ``prefect`` in any other shell reaches it (:mod:`digideep_stack.profile`),
+and runs a worker until Ctrl-C, SIGTERM or SIGHUP, which make the profile active before active again
+and stop the server, the worker and everything they started (:mod:`digideep.utility.processes`). A
+port taken by a server left running is refused in one line. The tests start the same stack through
+:class:`LocalStack` (which leaves profiles alone: only :func:`main` switches them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from digideep.errors import UsageError
 from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree, wait_for_http
+from digideep_stack import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "digideep-local"
@@ -134,6 +137,13 @@ class LocalStack:
         self.deploy_all()
         self.start_worker()
 
+    def activate_profile(self) -> profile.ProfileSwitch:
+        """Make :data:`~digideep_stack.profile.LOCAL`, pointing at this server, the active profile.
+
+        The profile is written to this stack's ``PREFECT_HOME`` (the user's, for ``make prefect-up``).
+        """
+        return profile.activate(profile.LOCAL, {"PREFECT_API_URL": self.api_url}, self.env)
+
     def stop(self) -> None:
         """Stop the worker, then the server, each with every process it started."""
         for process in reversed(self.processes):
@@ -150,15 +160,21 @@ def main() -> int:
     arguments = parser.parse_args()
     home = os.environ.get("PREFECT_HOME")
     stack = LocalStack(port=arguments.port, home=Path(home) if home else None)
+    switch = None
     with stop_on_signals():
         try:
             stack.up()
+            switch = stack.activate_profile()
             print(
                 f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. "
                 "Ctrl-C stops both.",
                 flush=True,
             )
-            print(f"Use this server from another shell: export PREFECT_API_URL={stack.api_url}", flush=True)
+            print(
+                f"Prefect profile '{switch.name}' is active ({switch.path}): prefect commands in any shell "
+                "use this server",
+                flush=True,
+            )
             while all(p.poll() is None for p in stack.processes):
                 time.sleep(1)
         except UsageError as error:
@@ -167,6 +183,8 @@ def main() -> int:
         except KeyboardInterrupt:
             pass
         finally:
+            if switch is not None:
+                print(profile.restore(switch), flush=True)
             stack.stop()
     return 0
 

@@ -2,7 +2,10 @@
 
 Real processes throughout: ``python -m digideep_stack.local_stack up`` (a Prefect server, a deployment run
 and a worker) and ``digideep runs ui`` (``mlflow ui`` and its uvicorn worker) are started, sent
-SIGTERM or SIGHUP, and every process they had started must be gone afterwards.
+SIGTERM or SIGHUP, and every process they had started must be gone afterwards. While the Prefect
+stack runs, its profile is the active one of its ``PREFECT_HOME`` (a temporary folder: the user's
+``~/.prefect`` is never touched), so ``prefect deployment run`` in a shell without
+``PREFECT_API_URL`` reaches it; when it stops, the user's own profile is active again.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
+from pathlib import Path
 
 import psutil
 import pytest
+import toml
 
 from tests.conftest import REPO
 from tests.helpers import free_port
@@ -61,12 +67,23 @@ def stop_and_check_tree(process: subprocess.Popen, signum: int) -> None:
     assert not survivors, f"still running after {signal.Signals(signum).name}: {survivors}"
 
 
-def test_sigterm_to_local_stack_stops_server_worker_and_their_children(tmp_path):
+def prefect(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``prefect <args>`` as a user types it in another shell (``env`` has no PREFECT_API_URL)."""
+    command = [str(Path(sys.executable).with_name("prefect")), "--no-prompt", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_local_stack_is_the_active_prefect_profile_until_sigterm_stops_it_and_its_children(tmp_path):
     port = free_port()
+    env = environment(tmp_path)
+    profiles = Path(env["PREFECT_HOME"]) / "profiles.toml"
+    profiles.parent.mkdir()
+    mine = {"active": "mine", "profiles": {"mine": {"PREFECT_CLIENT_MAX_RETRIES": "4"}}}
+    profiles.write_text(toml.dumps(mine))  # the user's own profile, active
     process = subprocess.Popen(
         [sys.executable, "-m", "digideep_stack.local_stack", "up", "--port", str(port)],
         cwd=REPO,
-        env=environment(tmp_path),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -74,12 +91,40 @@ def test_sigterm_to_local_stack_stops_server_worker_and_their_children(tmp_path)
     try:
         ready = process.stdout.readline()  # the first line is printed once the worker runs
         assert ready.startswith("Prefect UI:"), ready + process.stdout.read()
+        assert process.stdout.readline().startswith("Prefect profile 'digideep-local' is active")
         wait_until(lambda: len(psutil.Process(process.pid).children(recursive=True)) >= 2, process, "stack")
+
+        # another shell, no PREFECT_API_URL: the profile takes the run to this server (scheduled
+        # an hour ahead, so the worker leaves it alone)
+        assert "PREFECT_API_URL" not in env
+        created = prefect(env, "deployment", "run", "train/pendulum-sac", "--start-in", "in 1 hour")
+        assert created.returncode == 0, created.stdout + created.stderr
+        run_id = next(word for word in created.stdout.split() if is_uuid(word))
+        assert answers(f"http://127.0.0.1:{port}/api/flow_runs/{run_id}")
+
         stop_and_check_tree(process, signal.SIGTERM)
         assert not answers(f"http://127.0.0.1:{port}/api/health")
+        assert "Prefect profile: 'mine' is active again" in process.stdout.read()
     finally:
         if process.poll() is None:
             process.kill()
+    written = toml.loads(profiles.read_text())
+    assert written["active"] == "mine" and written["profiles"]["mine"] == mine["profiles"]["mine"]
+    assert written["profiles"]["digideep-local"] == {"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+
+    # the profile of a stopped server fails instead of starting a throw-away server
+    refused = prefect(env, "--profile", "digideep-local", "deployment", "run", "train/pendulum-sac")
+    assert refused.returncode == 1 and "Created flow run" not in refused.stdout
+    assert "All connection attempts failed" in refused.stdout + refused.stderr
+    assert not answers(f"http://127.0.0.1:{port}/api/health")
+
+
+def is_uuid(word: str) -> bool:
+    try:
+        uuid.UUID(word.strip("'\".,"))
+    except ValueError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT], ids=["SIGHUP", "Ctrl-C"])

@@ -1,0 +1,121 @@
+"""The Prefect profile of a server digideep started, so that ``prefect`` in any shell reaches it.
+
+``make prefect-up`` and ``make stack-up`` write a profile of their own (:data:`LOCAL`,
+:data:`STACK`) to the user's ``profiles.toml`` (``$PREFECT_HOME``, ``~/.prefect`` by default) with
+the server's ``PREFECT_API_URL`` (and the stack's ``PREFECT_API_AUTH_STRING``), and make it the
+active profile: ``prefect deployment run ...`` in another shell then reaches that server with no
+exported variable. When they stop, the profile that was active before is made active again (unless
+the user chose another one meanwhile); digideep's profile stays, for ``prefect profile use``.
+
+Without the profile, a shell with no ``PREFECT_API_URL`` starts a throw-away server on Prefect's
+default database and "runs" the deployment there, where no worker ever picks it up. With the
+profile active and its server stopped, ``prefect`` fails ("All connection attempts failed", exit 1)
+instead: a profile with ``PREFECT_API_URL`` never starts a temporary server.
+
+Other profiles are kept as they are: the file is read and merged with Prefect's own profile API
+(:func:`prefect.settings.load_profiles`), only digideep's profile and the ``active`` line change,
+and it is written atomically and owner-only (it may hold the stack's auth string). A variable the
+shell exports (``PREFECT_API_URL``, ``PREFECT_PROFILE``) still wins over the active profile.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import toml
+from prefect.settings import (
+    DEFAULT_PROFILES_PATH,
+    PREFECT_PROFILES_PATH,
+    ProfilesCollection,
+    load_profiles,
+    temporary_settings,
+)
+
+LOCAL = "digideep-local"
+"""The profile of ``make prefect-up``'s server."""
+STACK = "digideep-stack"
+"""The profile of ``make stack-up``'s server."""
+
+
+@dataclass(frozen=True)
+class ProfileSwitch:
+    """A profile made active by :func:`activate`, and the one it replaced."""
+
+    name: str
+    path: Path  # the profiles.toml written
+    previous: str | None  # the profile active before (Prefect's default, "ephemeral", when none was set)
+
+
+def profiles_path(env: Mapping[str, str]) -> Path:
+    """The ``profiles.toml`` a ``prefect`` command run with ``env`` reads."""
+    if env.get("PREFECT_PROFILES_PATH"):
+        return Path(env["PREFECT_PROFILES_PATH"]).expanduser()
+    return Path(env.get("PREFECT_HOME") or "~/.prefect").expanduser() / "profiles.toml"
+
+
+def activate(name: str, settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> ProfileSwitch:
+    """Create or update profile ``name`` with ``settings`` and make it the active one.
+
+    Args:
+        name: the profile, e.g. :data:`LOCAL`.
+        settings: Prefect settings by variable name, e.g. ``{"PREFECT_API_URL": "http://..."}``;
+            the profile's other settings (ones the user added) are kept.
+        env: the environment whose ``PREFECT_HOME`` / ``PREFECT_PROFILES_PATH`` say where the file is.
+    """
+    path = profiles_path(env)
+    profiles = _load(path)
+    previous = profiles.active_name
+    profiles.update_profile(name, dict(settings))
+    profiles.set_active(name)
+    _save(path, profiles)
+    return ProfileSwitch(name, path, previous)
+
+
+def restore(switch: ProfileSwitch) -> str:
+    """Make the profile active before :func:`activate` active again; one line saying what was done.
+
+    The active profile is left alone when the user changed it meanwhile, or when digideep's profile
+    was already the active one before (a server stopped with ``kill -9`` left it so).
+    """
+    profiles = _load(switch.path)
+    if profiles.active_name != switch.name:
+        return f"Prefect profile: '{profiles.active_name}' stays active (chosen while the server ran)"
+    if switch.previous in (None, switch.name) or switch.previous not in profiles.names:
+        return f"Prefect profile: '{switch.name}' stays active; its server is stopped"
+    profiles.set_active(switch.previous)
+    _save(switch.path, profiles)
+    return (
+        f"Prefect profile: '{switch.previous}' is active again "
+        f"('prefect profile use {switch.name}' points prefect at this server when it runs)"
+    )
+
+
+def _load(path: Path) -> ProfilesCollection:
+    """Prefect's default profiles merged with those of ``path`` (its ``active`` line included)."""
+    with temporary_settings({PREFECT_PROFILES_PATH: path}):
+        return load_profiles()
+
+
+def _save(path: Path, profiles: ProfilesCollection) -> None:
+    """Write the user's profiles (not Prefect's defaults) to ``path``, atomically and owner-only.
+
+    Not :func:`prefect.settings.save_profiles`, which rewrites the file in place, nor
+    :func:`digideep.utility.files.atomic_write_bytes`, which gives the file the umask's permissions:
+    the stack's profile holds its auth string.
+    """
+    text = toml.dumps(profiles.without_profile_source(DEFAULT_PROFILES_PATH).to_dict())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
