@@ -88,10 +88,10 @@ def _list(items: Sequence[str]) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td{' class=below' if cell == BELOW_MARK else ''}>{_e(cell)}</td>" for cell in row)
-        + "</tr>"
-        for row in rows
-    )
+    body = "".join("<tr>" + "".join(_cell(cell) for cell in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(text: str) -> str:
+    mark = ' class="below"' if text == BELOW_MARK else ""
+    return f"<td{mark}>{_e(text)}</td>"

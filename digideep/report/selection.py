@@ -216,7 +216,7 @@ def _one_protocol(runs: Sequence[Any]) -> Protocol:
             values[name][value] += 1
     for name, counts in values.items():
         if len(counts) > 1:
-            spread = ", ".join(f"{value} in {n} runs" for value, n in sorted(counts.items()))
+            spread = ", ".join(f"{value} in {n} run{'s' * (n != 1)}" for value, n in sorted(counts.items()))
             raise UsageError(
                 f"the runs mix {name} ({spread}); one report compares one protocol: narrow the "
                 "selection with --tag or --experiment"

@@ -1,0 +1,141 @@
+"""``digideep report`` end to end on MLflow runs made per the benchmark contract, and its refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from digideep.main import cli
+from tests.report.runs import linear_curve, make_benchmark
+
+SAC, TD3 = "params.pendulum_sac", "params.pendulum_td3"
+FINAL = {  # the eval/return at the budget of seed 0; seed s adds 10 * s
+    (SAC, "Pendulum-v1"): -200.0,
+    (TD3, "Pendulum-v1"): -140.0,
+    (SAC, "Hopper-v5"): 1000.0,
+    (TD3, "Hopper-v5"): 800.0,
+}
+BUDGET = 20000  # rl-zoo's Pendulum-v1 budget, so its published values stand beside ours
+FIGURES = {"aggregates.png", "performance_profile.png", "sample_efficiency.png", "improvement.png"}
+
+
+@pytest.fixture
+def client(mlflow_uri: str) -> MlflowClient:
+    return MlflowClient(mlflow_uri)
+
+
+def _report(mlflow_uri: str, out: Path, *args: str) -> int:
+    return cli(["report", "--tracking-uri", mlflow_uri, "--out", str(out), "--reps", "200", *args])
+
+
+def test_report_of_a_benchmark(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cells = [(a, e, s) for (a, e) in FINAL for s in range(3)]
+    name, parent = make_benchmark(
+        client, cells, linear_curve(FINAL), 5000, BUDGET, artifacts=tmp_path / "artifacts"
+    )
+    out = tmp_path / "report"
+    assert _report(mlflow_uri, out, "--benchmark", name, "--compare", TD3, SAC) == 0
+    printed = capsys.readouterr().out
+    rows = {
+        tuple(line.split()[:3]): line for line in printed.splitlines() if line.startswith(("Hopper", "Pend"))
+    }
+    assert set(rows) == {(e, a, "3") for (a, e) in FINAL}
+    for (algorithm, env), final in FINAL.items():
+        assert rows[(env, algorithm, "3")].split()[3] == f"{final + 10:.1f}"  # mean of seeds 0, 1, 2
+    sac_pendulum = rows[("Pendulum-v1", SAC, "3")]
+    assert "-157.0 (rl-zoo SAC, Pendulum-v1)" in sac_pendulum and sac_pendulum.endswith("BELOW")
+    td3_pendulum = rows[("Pendulum-v1", TD3, "3")]  # -130 is above rl-zoo's -151.9: no mark
+    assert "-151.9 (rl-zoo TD3, Pendulum-v1)" in td3_pendulum and "BELOW" not in td3_pendulum
+    assert rows[("Hopper-v5", SAC, "3")].split()[-1] == "-"  # rl-zoo's Hopper is at 1M frames, not 20k
+    assert f"P({TD3} > {SAC}) = 0.50" in printed  # TD3 wins Pendulum, SAC wins Hopper, every seed
+    assert "IQM" in printed and "normalised score" in printed
+
+    written = {p.name for p in out.iterdir()}
+    assert written == FIGURES | {"table.txt", "report.html"}
+    for figure in FIGURES:
+        png = (out / figure).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == len(FIGURES)
+    assert f"digideep report --benchmark {name} --compare {TD3} {SAC}" in page
+    assert "rl-baselines3-zoo benchmark.md" in page and '<td class="below">BELOW</td>' in page
+    logged = {a.path for a in client.list_artifacts(parent, "report")}
+    assert logged == {f"report/{n}" for n in written}
+
+
+def test_environments_without_reference_scores_are_not_aggregated(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    final = {(SAC, "Pendulum-v1"): -200.0, (SAC, "MountainCarContinuous-v0"): 90.0}
+    cells = [(a, e, s) for (a, e) in final for s in range(2)]
+    name, _ = make_benchmark(client, cells, linear_curve(final), artifacts=tmp_path / "artifacts")
+    assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "note: aggregates across environments need normalised scores, and MountainCarContinuous-v0" in printed
+    )
+    assert "IQM" not in printed
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"table.txt", "report.html"}
+
+
+def test_last_n_averages_the_last_evaluations(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    final = {(SAC, "Hopper-v5"): 1000.0}
+    cells = [(SAC, "Hopper-v5", s) for s in range(2)]
+    name, _ = make_benchmark(client, cells, linear_curve(final, spread=0), artifacts=tmp_path / "artifacts")
+    assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name, "--last", "2") == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Hopper-v5"))
+    assert row.split()[3] == f"{np.mean([800.0, 1000.0]):.1f}"  # frames 4000 and 5000 of 5000
+
+
+def _mixed(key: str, value: str):  # the eval/* params of one cell changed
+    return {(SAC, "Hopper-v5", 1): {key: value}}
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("no runs", "no finished runs match benchmark"),
+        ("budgets", "the runs mix eval/frame_budget (4000 in 1 run, 5000 in 2 runs)"),
+        ("intervals", "the runs mix eval/frame_interval"),
+        ("episodes", "the runs mix eval/episodes"),
+        ("one seed", f"{TD3} on Hopper-v5 has 1 seed; a 95 % interval needs at least 2"),
+        ("compare", "--compare names 'params.nope', which is not in the selection"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    client: MlflowClient,
+    mlflow_uri: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    case: str,
+    message: str,
+) -> None:
+    cells = [(SAC, "Hopper-v5", s) for s in range(3)]
+    protocol = None
+    if case == "budgets":
+        protocol = _mixed("eval/frame_budget", "4000")
+    elif case == "intervals":
+        protocol = _mixed("eval/frame_interval", "500")
+    elif case == "episodes":
+        protocol = _mixed("eval/episodes", "10")
+    elif case == "one seed":
+        cells.append((TD3, "Hopper-v5", 0))
+    name, parent = make_benchmark(
+        client, cells, linear_curve(FINAL), protocol=protocol, artifacts=tmp_path / "artifacts"
+    )
+    args = ["--benchmark", "no-such-benchmark" if case == "no runs" else name]
+    if case == "compare":
+        args += ["--compare", SAC, "params.nope"]
+    out = tmp_path / "out"
+    assert _report(mlflow_uri, out, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("digideep: error: ") and message in err
+    assert not out.exists()
+    assert client.list_artifacts(parent) == []
