@@ -9,8 +9,12 @@ s3fs through the standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -114,3 +118,137 @@ def moto_server(log_path: Path, timeout: float = 30.0) -> Iterator[S3Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class StoreOutage:
+    """An S3 endpoint on 127.0.0.1 that goes down and comes back, in front of a running server.
+
+    moto keeps its buckets in memory, so stopping the server itself would lose them; this endpoint
+    forwards to it and fails the way a store that restarts fails for its clients: :meth:`stop`
+    resets every open connection (``ECONNRESET``) and closes the port (``ECONNREFUSED``),
+    :meth:`start` listens on the same port again. :meth:`answer` makes the next requests get an
+    S3 error answer instead (``503 SlowDown`` throttling, ``403 AccessDenied``), as a real store
+    sends them.
+    """
+
+    def __init__(self, upstream: S3Server) -> None:
+        host, port = upstream.endpoint.rsplit("//", 1)[1].split(":")
+        self.upstream = (host, int(port))
+        self.port = free_port()
+        self.answered = 0  # requests given a canned answer so far
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._canned: tuple[int, str] | None = None
+        self._canned_left = 0
+        self._listener: socket.socket | None = None
+        self.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables that point boto3 and s3fs at this endpoint."""
+        return {**S3_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self) -> None:
+        """Listen (again) on the endpoint's port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Reset every open connection and stop listening: new connections are refused."""
+        listener, self._listener = self._listener, None
+        if listener is not None:  # shut down first: a close alone leaves a blocked accept() listening
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            connections, self._open = self._open, set()
+        for sock in connections:
+            _reset(sock)
+
+    def down_for(self, seconds: float) -> threading.Thread:
+        """:meth:`stop` now and :meth:`start` after ``seconds``, on a thread (returned, to join)."""
+        self.stop()
+        thread = threading.Timer(seconds, self.start)
+        thread.start()
+        return thread
+
+    def answer(self, status: int, code: str, count: int) -> None:
+        """Answer the next ``count`` requests with ``status`` and the S3 error ``code``."""
+        with self._lock:
+            self._canned, self._canned_left = (status, code), count
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # stopped
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with self._lock:
+            canned = self._canned if self._canned_left > 0 else None
+            if canned is not None:
+                self._canned_left -= 1
+                self.answered += 1
+        if canned is not None:
+            _answer_error(client, *canned)
+            return
+        try:
+            server = socket.create_connection(self.upstream)
+        except OSError:
+            _reset(client)
+            return
+        with self._lock:
+            self._open |= {client, server}
+        for source, target in ((client, server), (server, client)):
+            threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _answer_error(client: socket.socket, status: int, code: str) -> None:
+    """Read one request's head and answer it with an S3 error document, then close."""
+    client.settimeout(5)
+    with contextlib.suppress(OSError):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{code}</Message></Error>"
+        head = (
+            f"HTTP/1.1 {status} {code}\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        client.sendall((head + body).encode())
+        client.shutdown(socket.SHUT_WR)
+    client.close()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        _reset(source)
+        _reset(target)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (``SO_LINGER`` 0), as a server process that died leaves its peers."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()

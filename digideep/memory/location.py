@@ -5,6 +5,9 @@ renamed into place. Any other URL opens zarr's ``FsspecStore`` with an asynchron
 credentials and the endpoint come from the environment, as the filesystem reads them (s3fs:
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``). An object store writes each
 object whole (a PUT is atomic), so every file of the group is old or new after a crash, as on disk.
+Every request to an object store is retried through the store's transient failures for a bounded
+time (:class:`RetryingStore`, with the policy of :mod:`digideep.utility.store_retry` that the
+session's other files follow).
 """
 
 from __future__ import annotations
@@ -14,15 +17,22 @@ import contextlib
 import os
 import shutil
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zarr
+from zarr.abc.store import ByteRequest
+from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync
+from zarr.storage import FsspecStore, WrapperStore
 
-from digideep.utility.location import environment_options
+from digideep.utility.location import client_options
+from digideep.utility.store_retry import retrying_async
 
-__all__ = ["Location", "copy_objects", "delete_objects", "list_objects"]
+__all__ = ["Location", "RetryingStore", "copy_objects", "delete_objects", "list_objects"]
+
+T = TypeVar("T")
 
 _CONCURRENCY = 32  # requests in flight for copies on object storage
 
@@ -63,13 +73,15 @@ class Location:
         """A zarr store of this place (a path string for a local folder, which zarr opens as a ``LocalStore``)."""
         if self.path is not None:
             return str(self.path)
-        return zarr.storage.FsspecStore.from_url(
-            self.url,
-            storage_options={
-                "asynchronous": True,
-                **environment_options(self.url.split("://", 1)[0].lower()),
-            },
-            read_only=read_only,
+        return RetryingStore(
+            FsspecStore.from_url(
+                self.url,
+                storage_options={
+                    "asynchronous": True,
+                    **client_options(self.url.split("://", 1)[0].lower()),
+                },
+                read_only=read_only,
+            )
         )
 
     def open_group(self, mode: str) -> zarr.Group:
@@ -87,6 +99,75 @@ class Location:
         if self.path is not None:
             return self.path.exists()
         return bool(sync(self.store(read_only=True).exists("zarr.json")))
+
+
+class RetryingStore(WrapperStore[FsspecStore]):
+    """An object store's Zarr store whose every request is retried through the store's hiccups.
+
+    A connection refused or reset, a 5xx or a ``SlowDown`` answer is retried with backoff for a
+    bounded time; a permanent error (access refused, no bucket) fails at once in one line (see
+    :mod:`digideep.utility.store_retry`). A listing is read whole before it is handed on, so a
+    retried listing never yields a key twice.
+    """
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (whole-object copies and listings use it directly)."""
+        return self._store.fs
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    async def _retry(self, what: str, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        protocol = self._store.fs.protocol
+        scheme = protocol if isinstance(protocol, str) else protocol[0]
+        return await retrying_async(call, what, f"{scheme}://{self._store.path}/{key}")
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        return await self._retry("read", key, lambda: self._store.get(key, prototype, byte_range))
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        ranges = list(key_ranges)
+        return await self._retry("read", "", lambda: self._store.get_partial_values(prototype, ranges))
+
+    async def exists(self, key: str) -> bool:
+        return await self._retry("read", key, lambda: self._store.exists(key))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self._retry("write", key, lambda: self._store.set(key, value))
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        await self._retry("write", key, lambda: self._store.set_if_not_exists(key, value))
+
+    async def delete(self, key: str) -> None:
+        await self._retry("delete", key, lambda: self._store.delete(key))
+
+    async def delete_dir(self, prefix: str) -> None:
+        await self._retry("delete", prefix, lambda: self._store.delete_dir(prefix))
+
+    async def is_empty(self, prefix: str) -> bool:
+        return await self._retry("list", prefix, lambda: self._store.is_empty(prefix))
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in await self._retry("list", "", lambda: _whole(self._store.list())):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in await self._retry("list", prefix, lambda: _whole(self._store.list_prefix(prefix))):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        for key in await self._retry("list", prefix, lambda: _whole(self._store.list_dir(prefix))):
+            yield key
+
+
+async def _whole(keys: AsyncIterator[str]) -> list[str]:
+    return [key async for key in keys]
 
 
 # -- whole objects (files) of a zarr store: the undo area copies chunks without decoding them -------
@@ -136,7 +217,11 @@ async def _copy_remote(fs: Any, prefix: str, pairs: list[tuple[str, str]]) -> li
     async def one(source: str, destination: str) -> bool:
         async with limit:
             try:
-                await fs._cp_file(f"{prefix}/{source}", f"{prefix}/{destination}")
+                await retrying_async(
+                    lambda: fs._cp_file(f"{prefix}/{source}", f"{prefix}/{destination}"),
+                    "copy",
+                    f"{prefix}/{source}",
+                )
             except FileNotFoundError:
                 return False
             return True
@@ -161,7 +246,7 @@ def list_objects(store: Any, prefix: str) -> set[str]:
 
 async def _list_remote(fs: Any, root: str, prefix: str) -> set[str]:
     try:
-        found = await fs._find(f"{root}/{prefix}")
+        found = await retrying_async(lambda: fs._find(f"{root}/{prefix}"), "list", f"{root}/{prefix}")
     except FileNotFoundError:
         return set()
     start = len(root.rstrip("/")) + 1
@@ -182,4 +267,5 @@ def delete_objects(store: Any, keys: list[str]) -> None:
 
 async def _delete_remote(fs: Any, root: str, keys: list[str]) -> None:
     with contextlib.suppress(FileNotFoundError):
-        await fs._rm([f"{root}/{key}" for key in keys])
+        paths = [f"{root}/{key}" for key in keys]
+        await retrying_async(lambda: fs._rm(paths), "delete", f"{root}/{keys[0]}")

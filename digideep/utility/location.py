@@ -9,7 +9,10 @@ folder, delete, test for existence. Writes are atomic for readers on both kinds:
 - object store: one PUT, which an object store applies whole or not at all.
 
 Object stores have no rename, so nothing here renames on them; callers that commit several files
-(checkpoints) write a small record last (see :mod:`digideep.pipeline.checkpoint`).
+(checkpoints) write a small record last (see :mod:`digideep.pipeline.checkpoint`). Every request
+to an object store is retried through the store's transient failures (a restart, throttling) for a
+bounded time, and a permanent one (access refused, no bucket) fails at once in one line: see
+:mod:`digideep.utility.store_retry`.
 
 Credentials and endpoints come from the environment, as the storage's own client reads them: for
 S3, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` (MinIO, moto, ...) and
@@ -25,17 +28,20 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from digideep.errors import UsageError
 from digideep.utility.files import atomic_write_bytes, fsync_dir
+from digideep.utility.store_retry import retrying
 
-__all__ = ["Location", "is_url", "location_of"]
+__all__ = ["Location", "client_options", "environment_options", "is_url", "location_of"]
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
+T = TypeVar("T")
 PROBE_SECONDS = 8.0
 """How long :meth:`Location.check` waits for the store to answer before giving up."""
 
@@ -77,7 +83,7 @@ class Location:
         try:
             from fsspec.core import url_to_fs
 
-            self.fs, key = url_to_fs(text, use_listings_cache=False, **environment_options(self.protocol))
+            self.fs, key = url_to_fs(text, use_listings_cache=False, **client_options(self.protocol))
         except ImportError as error:
             package = _PACKAGES.get(self.protocol, error.name or "its fsspec backend")
             extra = _EXTRAS.get(self.protocol)
@@ -130,14 +136,15 @@ class Location:
         """Whether a file is here (or, locally, a folder)."""
         if self.local is not None:
             return self.local.exists()
-        return bool(self.fs.exists(self._key))
+        return bool(self._retrying("read", self.fs.exists, self._key))
 
     def is_dir(self) -> bool:
         """Whether this is a folder; on an object store, whether any key lies under this prefix."""
         if self.local is not None:
             return self.local.is_dir()
         try:
-            return bool(self.fs.ls(self._key, detail=False)) and not self.fs.isfile(self._key)
+            listed = self._retrying("list", self.fs.ls, self._key, detail=False)
+            return bool(listed) and not self._retrying("read", self.fs.isfile, self._key)
         except FileNotFoundError:
             return False
 
@@ -145,7 +152,7 @@ class Location:
         """The whole file. Raises FileNotFoundError when it is absent."""
         if self.local is not None:
             return self.local.read_bytes()
-        return self.fs.cat_file(self._key)
+        return self._retrying("read", self.fs.cat_file, self._key)
 
     def read_text(self) -> str:
         return self.read_bytes().decode("utf-8")
@@ -157,14 +164,14 @@ class Location:
     def size(self) -> int:
         if self.local is not None:
             return self.local.stat().st_size
-        return int(self.fs.size(self._key))
+        return int(self._retrying("read", self.fs.size, self._key))
 
     def children(self) -> list[Location]:
         """What this folder holds directly (files and folders); empty when it does not exist."""
         if self.local is not None:
             return sorted((Location(p) for p in self.local.iterdir()), key=str) if self.local.is_dir() else []
         try:
-            found = self.fs.ls(self._key, detail=False)
+            found = self._retrying("list", self.fs.ls, self._key, detail=False)
         except FileNotFoundError:
             return []
         prefix = self._key + "/"
@@ -181,7 +188,8 @@ class Location:
             return {p.relative_to(self.local).as_posix() for p in self.local.rglob("*") if p.is_file()}
         prefix = self._key + "/"
         try:
-            return {key[len(prefix) :] for key in self.fs.find(self._key) if key.startswith(prefix)}
+            found = self._retrying("list", self.fs.find, self._key)
+            return {key[len(prefix) :] for key in found if key.startswith(prefix)}
         except FileNotFoundError:
             return set()
 
@@ -192,7 +200,7 @@ class Location:
             self.local.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.local, data)
         else:
-            self.fs.pipe_file(self._key, data)
+            self._retrying("write", self.fs.pipe_file, self._key, data)
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8"))
@@ -207,7 +215,7 @@ class Location:
             self.local.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.local, Path(source).read_bytes())
         else:
-            self.fs.put_file(str(source), self._key)
+            self._retrying("write", self.fs.put_file, str(source), self._key)
 
     def mkdir(self) -> None:
         """Create the local folder (and its parents); object stores have no folders: nothing to do."""
@@ -223,12 +231,18 @@ class Location:
                 self.local.unlink(missing_ok=True)
             return
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm(self._key, recursive=True)
+            self._retrying("delete", self.fs.rm, self._key, recursive=True)
 
     def sync(self) -> None:
         """Make the entries of this local folder durable (fsync); object stores are durable on PUT."""
         if self.local is not None and self.local.is_dir():
             fsync_dir(self.local)
+
+    def _retrying(self, what: str, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` of the store, retried through its hiccups (see
+        :mod:`digideep.utility.store_retry`: transient errors for a bounded time, permanent ones
+        at once in one line)."""
+        return retrying(lambda: method(*args, **kwargs), what, self.url)
 
     # -- checks --------------------------------------------------------------------------------
     def check(self, timeout: float = PROBE_SECONDS) -> None:
@@ -304,6 +318,20 @@ def environment_options(protocol: str) -> dict[str, str]:
     if protocol not in ("s3", "s3a"):
         return {}
     return {option: os.environ[name] for option, name in _S3_VARIABLES.items() if os.environ.get(name)}
+
+
+def client_options(protocol: str) -> dict[str, Any]:
+    """What a session's filesystem is opened with: :func:`environment_options`, and on S3 no retries
+    of botocore's own (one attempt per request).
+
+    :mod:`digideep.utility.store_retry` retries every request for a bounded time; botocore's retries
+    under it would only add their few seconds, and their jitter draws from Python's global
+    ``random``, a stream that checkpoints hold: an outage would make a resumed run differ.
+    """
+    options: dict[str, Any] = environment_options(protocol)
+    if protocol in ("s3", "s3a"):
+        options["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
+    return options
 
 
 def _probe_filesystem(location: Location) -> Any:
