@@ -92,6 +92,13 @@ and the checkpoint; ``tests/memory/test_s3.py`` restores on S3):
   after it overwrote: ``size`` shrinks, the remaining rows are exact;
 - keys first stored after the restored state are not loaded.
 
+Damage at rest: every chunk carries a crc32c (zarr's codec, after any compression), checked
+whenever zarr reads it. A resume reads every chunk back (the RAM ring's fill; a Zarr-only memory
+reads them all once), so a chunk whose bytes changed on disk (a flipped bit, a file overwritten)
+fails ``restore``/``load`` with a :class:`~digideep.memory.zarr_store.DamagedMemoryError` naming
+the key and the chunk files. A chunk never written reads as the placeholder and is not damage, so
+a chunk file that was deleted is not caught. Arrays written before the checksum keep their codecs.
+
 The state restored becomes the anchor. Nothing is fsynced: a power loss may lose what the OS had
 not written back. Costs, chunk shapes and measurements: ``docs/memory.md``.
 """

@@ -5,7 +5,8 @@ Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, 
 
     zarr.json                 group metadata; its attribute "digideep_memory" is the commit record
     observations/zarr.json    one array per key, the key's path without its leading "/"
-    observations/c/...        chunks of (workers, chunk_rows rows, *row_shape), uncompressed by default
+    observations/c/...        chunks of (workers, chunk_rows rows, *row_shape), uncompressed by
+                              default, each followed by its crc32c (checked on every read)
     agents/agent/actions/...
     _undo/observations/...    the undo area: chunks of the anchor that later writes overwrote (below)
 

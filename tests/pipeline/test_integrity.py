@@ -1,0 +1,163 @@
+"""Damage at rest: a resume never trains silently on other data.
+
+Real short Pendulum SAC runs (``python -m digideep.main --no-prefect``, the Zarr memory on disk,
+the shared MLflow store), killed with SIGKILL after their second checkpoint as in
+``test_resume.py``; each test damages a copy of the killed session and resumes it:
+
+- a damaged newest checkpoint (a flipped byte in ``states.pt``, a lost ``runner.json``) or a metrics
+  journal cut mid-file: the resume passes over it, says so in one line, and ends bit-identical to the
+  uninterrupted run (the replay ring is large enough that the previous checkpoint's rows survive);
+- a memory chunk damaged (low bits flipped in a rewards chunk, a chunk overwritten with NaN), or a
+  damaged newest checkpoint whose previous one the ring moved past: refused in one line, exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from digideep.pipeline.checkpoint import find_checkpoints, load_checkpoint
+from tests.conftest import REPO
+from tests.helpers import assert_same_training
+from tests.pipeline.test_resume import (
+    SMALL_SAC,
+    final_state,
+    kill_after_checkpoint,
+    resume_command,
+    run,
+    train_command,
+)
+
+PARAMS = "params.pendulum_sac"
+WHOLE = {**SMALL_SAC, "buffer_size": 1000}  # 200 frames in all: every checkpoint's rows survive
+WRAPS = SMALL_SAC  # a ring of 70 frames: it moves past a checkpoint's rows within an iteration or two
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> dict[str, Path]:
+    """An uninterrupted run and a run killed after its second checkpoint, of each ring size."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
+    root = tmp_path_factory.mktemp("integrity")
+    run(train_command(root, "straight", PARAMS, WHOLE), env)
+    for name, cpanel in (("killed", WHOLE), ("killed-wraps", WRAPS)):
+        kill_after_checkpoint(train_command(root, name, PARAMS, cpanel), env, root / name / "checkpoints", 2)
+        assert not (root / name / "done.json").exists(), "the run finished before it could be killed"
+    return {"root": root, "env": env}
+
+
+def damaged_copy(sessions: dict, source: str, name: str, damage: Callable[[Path], None]) -> Path:
+    """A copy of the killed session ``source`` under ``name``, damaged by ``damage(session folder)``."""
+    session = sessions["root"] / name
+    shutil.copytree(sessions["root"] / source, session)
+    damage(session)
+    return session
+
+
+def resume(sessions: dict, name: str) -> subprocess.CompletedProcess:
+    command = resume_command(sessions["root"], name)
+    return subprocess.run(command, cwd=REPO, env=sessions["env"], capture_output=True, text=True, timeout=300)
+
+
+def newest_two(session: Path) -> tuple[Path, Path]:
+    found = find_checkpoints(session / "checkpoints")
+    return found[-1].path, found[-2].path
+
+
+def flip_byte(file: Path, offset: int) -> None:
+    data = bytearray(file.read_bytes())
+    data[offset] ^= 1
+    file.write_bytes(bytes(data))
+
+
+def damage_states(session: Path) -> None:
+    flip_byte(newest_two(session)[0] / "states.pt", 200)
+
+
+def lose_runner_json(session: Path) -> None:
+    (newest_two(session)[0] / "runner.json").unlink()
+
+
+def cut_journal(session: Path) -> None:
+    """Cut ``metrics.jsonl`` halfway between what the two newest checkpoints cover: mid-record."""
+    offsets = [load_checkpoint(c)[1]["journal"]["offset"] for c in newest_two(session)]
+    journal = session / "metrics.jsonl"
+    data = journal.read_bytes()
+    cut = (offsets[0] + offsets[1]) // 2
+    assert data[cut - 1 : cut] != b"\n", "the cut should fall inside a record"
+    journal.write_bytes(data[:cut])
+
+
+def rewards_chunk(session: Path) -> Path:
+    chunks = sorted((session / "memory" / "train.zarr" / "rewards" / "c").rglob("*"))
+    return next(file for file in chunks if file.is_file())
+
+
+def flip_reward_low_bit(session: Path) -> None:
+    flip_byte(rewards_chunk(session), 0)  # the lowest mantissa bit of the first reward
+
+
+def rewards_to_nan(session: Path) -> None:
+    file = rewards_chunk(session)
+    file.write_bytes(np.full(file.stat().st_size // 4, np.nan, np.float32).tobytes())
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (damage_states, "differs from the commit record"),
+        (lose_runner_json, "runner.json' is missing"),
+        (cut_journal, "short of the"),
+    ],
+    ids=["states.pt flipped", "runner.json lost", "journal cut mid-file"],
+)
+def test_a_damaged_newest_checkpoint_or_journal_resumes_from_the_previous_checkpoint_bit_identical(
+    sessions: dict, damage: Callable[[Path], None], said: str
+) -> None:
+    name = f"whole-{damage.__name__}"
+    newest, previous = newest_two(sessions["root"] / "killed")
+    session = damaged_copy(sessions, "killed", name, damage)
+    result = resume(sessions, name)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if "passing over damaged checkpoints" in line]
+    assert len(lines) == 1 and said in lines[0], result.stderr[-3000:]
+    assert f"resuming from {previous.name}: iterations" in lines[0]
+    assert "Traceback" not in result.stderr
+    if damage is cut_journal:
+        assert "unfinished record" in result.stderr  # the cut tail is dropped, with its own line
+
+    straight_states, straight_memory = final_state(sessions["root"], "straight")
+    states, memory = final_state(sessions["root"], name)
+    assert memory["iteration"] == straight_memory["iteration"] == 8
+    assert_same_training(straight_states, states)
+    assert memory["pointers"] == straight_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, memory["contents"][key], err_msg=key)
+    assert newest.name != previous.name and (session / "done.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "damage", "said"),
+    [
+        ("killed-wraps", flip_reward_low_bit, "key '/rewards' fail their checksum"),
+        ("killed-wraps", rewards_to_nan, "key '/rewards' fail their checksum"),
+        ("killed-wraps", damage_states, "(only the newest checkpoint's memory is kept whole)"),
+    ],
+    ids=["rewards low bit flipped", "rewards chunk NaN", "states.pt flipped, ring moved on"],
+)
+def test_damage_no_checkpoint_survives_is_refused_in_one_line(
+    sessions: dict, source: str, damage: Callable[[Path], None], said: str
+) -> None:
+    name = f"refused-{damage.__name__}"
+    session = damaged_copy(sessions, source, name, damage)
+    result = resume(sessions, name)
+    assert result.returncode != 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if said in line]
+    assert len(errors) == 1 and "start a new session" in errors[0], result.stderr[-3000:]
+    assert not (session / "done.json").exists()
