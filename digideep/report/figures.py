@@ -39,7 +39,7 @@ def aggregates_png(aggregates: Mapping[str, Mapping[str, Interval]], xlabel: str
         algorithms=groups,
         xlabel=xlabel,
         max_ticks=3,
-        xlabel_y_coordinate=-0.9 / len(groups),  # below the ticks however many rows
+        xlabel_y_coordinate=-0.25 - 0.7 / len(groups),  # below the ticks however many rows
     )
     return _png(fig)
 
