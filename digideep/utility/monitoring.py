@@ -135,11 +135,17 @@ class Monitor:
             self._entries = {n: e for n, e in self._entries.items() if isinstance(e, _Window)}
 
     def state_dict(self) -> dict:
-        """The windows (their values survive a checkpoint); per-interval sums are not saved."""
+        """The windows' values and the running sums of the interval so far: a checkpoint mid-interval
+        (a run stopped by a signal) resumes to the summary a run never stopped logs."""
         with self._lock:
             return {
                 "windows": dict(self._windows),
                 "values": {n: list(e.values) for n, e in self._entries.items() if isinstance(e, _Window)},
+                "running": {
+                    n: {slot: getattr(e, slot) for slot in _Running.__slots__}
+                    for n, e in self._entries.items()
+                    if isinstance(e, _Running)
+                },
             }
 
     def load_state_dict(self, state: dict) -> None:
@@ -149,6 +155,10 @@ class Monitor:
             for name, values in state["values"].items():
                 window = self._entries[name] = _Window(self._windows[name])
                 window.values.extend(values)
+            for name, sums in state.get("running", {}).items():  # (checkpoints before it had none)
+                running = self._entries[name] = _Running()
+                for slot, value in sums.items():
+                    setattr(running, slot, value)
 
 
 def _has_values(entry: _Running | _Window) -> bool:
