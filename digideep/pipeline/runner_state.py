@@ -244,15 +244,9 @@ class RunnerStateMixin:
             except DamagedCheckpointError as error:
                 skipped.append((checkpoint, str(error)))
                 continue
-            offset = states.get("journal", {}).get("offset", 0)
-            if offset > journal.size:
-                skipped.append(
-                    (
-                        checkpoint,
-                        f"the metrics journal {journal.path} holds {journal.size} bytes, "
-                        f"short of the {offset} this checkpoint covers (it was cut)",
-                    )
-                )
+            short = _journal_short_of(journal, states.get("journal", {}).get("offset", 0))
+            if short:
+                skipped.append((checkpoint, short))
                 continue
             try:
                 runner = cls._build(session, checkpoint.path, info, states)
@@ -268,6 +262,13 @@ class RunnerStateMixin:
         if skipped:
             raise UsageError(_nothing_left(session, skipped))
         return None
+
+
+def _journal_short_of(journal: MetricsJournal, offset: int) -> str:
+    """Why ``journal`` cannot be rewound to a checkpoint's ``offset`` (empty when it can): it was cut."""
+    if offset <= journal.size:
+        return ""
+    return f"the metrics journal {journal.path} holds {journal.size} bytes, short of the {offset} this checkpoint covers (it was cut)"
 
 
 def _every_checkpoint_reads_it(session: Session) -> str:
@@ -288,7 +289,7 @@ def _memories_not_whole(runner: Any, saved: dict[str, Any]) -> str:
     out = []
     for name, memory in runner.memories.items():
         restored = memory.state_dict()
-        if restored != saved[name]:
+        if any(saved[name].get(key) != value for key, value in restored.items()):
             out.append(
                 f"memory '{name}' keeps {restored.get('size')} of its {saved[name].get('size')} rows per "
                 "worker (later stores overwrote the others)"
@@ -324,14 +325,15 @@ def _nothing_left(
     moved: str = "",
 ) -> str:
     """One line: no checkpoint of ``session`` resumes exactly, why, and what to do."""
-    damaged = "; ".join(f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped)
-    why = f"damaged ({damaged})" if damaged else "not whole"
+    reasons = [f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped]
     if older is not None:
-        why += (
-            f", and checkpoint-{older.iteration} and the older ones cannot come back exactly: {moved} "
-            "(only the newest checkpoint's memory is kept whole)"
+        reasons.append(
+            f"checkpoint-{older.iteration} and older: {moved} (only the newest checkpoint's memory is kept whole)"
         )
-    return f"session '{session.url}' has no checkpoint that resumes exactly: the newer ones are {why}; {_start_anew(session)}"
+    return (
+        f"session '{session.url}' has no complete checkpoint to resume from ({'; '.join(reasons)}); "
+        f"{_start_anew(session)}"
+    )
 
 
 def resume_checkpoint(session: Session) -> Checkpoint:
