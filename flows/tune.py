@@ -47,10 +47,17 @@ PARENT_ATTR = "mlflow_parent_run_id"
 
 
 def default_storage(session_path: str) -> str:
-    """``sqlite:///<abs data folder>/optuna.db``: beside the sessions folder, absolute for the workers."""
-    data = Path(session_path).resolve().parent
-    data.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{data / 'optuna.db'}"
+    """``sqlite:///<abs data folder>/optuna.db``: beside the sessions folder, absolute for the workers.
+
+    A missing store is created whole (built in a temporary file, renamed into place under a lock, see
+    :mod:`digideep.tracking.stores`): a tune flow killed while Optuna created its tables left one that
+    no study could open.
+    """
+    from digideep.tracking.stores import create_optuna_store
+
+    store = Path(session_path).resolve().parent / "optuna.db"
+    create_optuna_store(store)
+    return f"sqlite:///{store}"
 
 
 def trial_cpanel(module: Any, base: dict[str, Any], overrides: Any) -> dict[str, Any]:
