@@ -139,3 +139,27 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert err.count("\n") == 1 and err.startswith("digideep: error: ") and message in err
     assert not out.exists()
     assert client.list_artifacts(parent) == []
+
+
+def test_report_of_plain_training_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Two real (tiny) Pendulum SAC runs of 'digideep train': placed by their params module and cpanel."""
+    from digideep.pipeline.training import open_run, run_training
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # a store of their own: other tests train pendulum_sac too
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tiny = {"number_epochs": 5, "epoch_size": 1, "n_steps": 40, "learning_starts": 40, "batch_size": 32,
+            "hidden_sizes": [16, 16], "save_interval": 5, "test_interval": 2, "test_episodes": 2}  # fmt: skip
+    for seed in (0, 1):
+        handle = open_run(
+            SAC, {**tiny, "seed": seed}, session_name=f"s{seed}", session_path=tmp_path / "sessions"
+        )
+        assert run_training(handle) == "finished"
+    out = tmp_path / "out"
+    assert cli(["report", "--experiment", SAC, "--out", str(out), "--reps", "200"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 runs, frame budget 200, evaluation every 80 frames over 2 episodes" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("Pendulum-v1"))
+    assert row.split()[1:3] == [SAC, "2"]
+    assert (out / "report.html").is_file()
