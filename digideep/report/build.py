@@ -12,7 +12,7 @@ report of several without them says so in one line and gives the per-environment
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,8 +134,10 @@ def _reference(references: Mapping[str, EnvReference], env: str) -> EnvReference
     return found if found is not None and found.reference is not None else None
 
 
-def _scale(selection: Selection, references: Mapping[str, EnvReference]):  # -> (str, callable | None)
-    """What the aggregates are computed on, and the function that turns raw scores into it."""
+def _scale(
+    selection: Selection, references: Mapping[str, EnvReference]
+) -> tuple[str, Callable[[np.ndarray], np.ndarray] | None]:
+    """What the aggregates are computed on, and the function that turns raw scores into it (or None)."""
     found = [_reference(references, env) for env in selection.envs]
     if all(found):
 
@@ -151,7 +153,7 @@ def _scale(selection: Selection, references: Mapping[str, EnvReference]):  # -> 
     return "", None
 
 
-def _aggregate(report: Report, normalise) -> None:
+def _aggregate(report: Report, normalise: Callable[[np.ndarray], np.ndarray]) -> None:
     selection, envs = report.selection, report.selection.envs
     matrices, curves = {}, {}
     frames = selection.common_frames()

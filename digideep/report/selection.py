@@ -139,8 +139,7 @@ def select_runs(
             "choose the runs to report with --benchmark NAME, --experiment NAME or --tag KEY=VALUE"
         )
     matched = _search(client, experiment, filters)
-    parents = [r for r in matched if r.data.tags.get(KIND_TAG) == "benchmark"]
-    cells = [r for r in matched if r.data.tags.get(KIND_TAG) != "benchmark"]
+    cells = [r for r in matched if KIND_TAG not in r.data.tags]  # not a benchmark's or study's parent
     finished = [r for r in cells if r.info.status == "FINISHED"]
     what = ", ".join(description)
     if not finished:
@@ -155,7 +154,7 @@ def select_runs(
         description=what,
         runs=runs,
         protocol=protocol,
-        parent_run_id=_parent_id(parents, benchmark),
+        parent_run_id=_parent_id(client, benchmark),
         left_out=len(cells) - len(finished),
         groups=sorted({r.group for r in runs}),
         envs=sorted({r.env for r in runs}),
@@ -263,15 +262,18 @@ def _check_cells(runs: Sequence[RunScores]) -> None:
             )
 
 
-def _parent_id(parents: Sequence[Any], benchmark: str | None) -> str | None:
-    if not benchmark or not parents:
+def _parent_id(client: MlflowClient, benchmark: str | None) -> str | None:
+    """The benchmark's parent run, in whatever experiment it is (the cells live in their own)."""
+    if not benchmark:
         return None
+    filters = f"tags.`{KIND_TAG}` = 'benchmark' and tags.`{BENCHMARK_TAG}` = '{_quoted(benchmark)}'"
+    parents = _search(client, None, [filters])
     if len(parents) > 1:
         ids = ", ".join(p.info.run_id for p in parents)
         raise UsageError(
-            f"benchmark {benchmark} has {len(parents)} parent runs ({ids}); pick one with --experiment"
+            f"benchmark {benchmark} has {len(parents)} parent runs ({ids}); delete the extra ones"
         )
-    return parents[0].info.run_id
+    return parents[0].info.run_id if parents else None
 
 
 def _seed_key(seed: str) -> tuple[int, int | str]:

@@ -39,7 +39,7 @@ def format_report(report: Report) -> str:
     """The whole report as text for the terminal."""
     protocol = report.selection.protocol
     lines = [
-        f"report of {report.selection.description}: {len(report.selection.runs)} runs, "
+        f"report of {report.selection.description}: {len(report.selection.runs)} runs{_left_out(report)}, "
         f"frame budget {protocol.frame_budget}, evaluation every {protocol.frame_interval} frames over "
         f"{protocol.episodes} episodes; score = mean eval/return of the last {report.last} evaluation(s)",
         "",
@@ -55,6 +55,11 @@ def format_report(report: Report) -> str:
         lines += ["", "sources:", *(f"  {source}" for source in sources)]
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
+
+
+def _left_out(report: Report) -> str:
+    count = report.selection.left_out
+    return f" ({count} not finished, left out)" if count else ""
 
 
 def _aggregate_cells(report: Report) -> list[tuple[str, ...]]:

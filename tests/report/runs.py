@@ -1,7 +1,8 @@
 """MLflow runs that follow the benchmark contract (docs/report.md), made with MlflowClient in a real store.
 
-A benchmark is one parent run tagged ``digideep.kind=benchmark`` and ``digideep.benchmark=<name>``;
-each cell is a FINISHED run nested under it (``mlflow.parentRunId``) with the tags ``algorithm``,
+A benchmark is one parent run tagged ``digideep.kind=benchmark`` and ``digideep.benchmark=<name>``
+(in an experiment of its own, as the benchmark flow keeps it in ``benchmarks``); each cell is a
+FINISHED run of another experiment nested under it (``mlflow.parentRunId``) with the tags ``algorithm``,
 ``env``, ``seed``, ``variant`` and the ``eval/*`` params, and logs ``eval/return`` at step = frames.
 """
 
@@ -39,9 +40,9 @@ def make_benchmark(
     name = name or f"bench-{uuid.uuid4().hex[:8]}"
     location = artifacts.as_uri() if artifacts else None
     experiment = client.create_experiment(f"exp-{name}", artifact_location=location)
-    parent = client.create_run(
-        experiment, tags={"digideep.kind": "benchmark", "digideep.benchmark": name}, run_name=name
-    ).info.run_id
+    parents = client.create_experiment(f"benchmarks-{name}", artifact_location=location)  # as the flow does
+    tags = {"digideep.kind": "benchmark", "digideep.benchmark": name}
+    parent = client.create_run(parents, tags=tags, run_name=name).info.run_id
     frames = np.unique(np.r_[np.arange(frame_interval, frame_budget, frame_interval), frame_budget])
     for algorithm, env, seed in cells:
         tags = {

@@ -74,7 +74,7 @@ def test_environments_without_reference_scores_are_not_aggregated(
     final = {(SAC, "Pendulum-v1"): -200.0, (SAC, "MountainCarContinuous-v0"): 90.0}
     cells = [(a, e, s) for (a, e) in final for s in range(2)]
     name, _ = make_benchmark(client, cells, linear_curve(final), artifacts=tmp_path / "artifacts")
-    assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name) == 0
+    assert _report(mlflow_uri, tmp_path / "out", "--experiment", f"exp-{name}") == 0
     printed = capsys.readouterr().out
     assert (
         "note: aggregates across environments need normalised scores, and MountainCarContinuous-v0" in printed
@@ -89,8 +89,18 @@ def test_last_n_averages_the_last_evaluations(
     final = {(SAC, "Hopper-v5"): 1000.0}
     cells = [(SAC, "Hopper-v5", s) for s in range(2)]
     name, _ = make_benchmark(client, cells, linear_curve(final, spread=0), artifacts=tmp_path / "artifacts")
+    running = {
+        "digideep.benchmark": name,
+        "algorithm": SAC,
+        "env": "Hopper-v5",
+        "seed": "2",
+        "variant": "default",
+    }
+    client.create_run(client.get_experiment_by_name(f"exp-{name}").experiment_id, tags=running)  # in flight
     assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name, "--last", "2") == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Hopper-v5"))
+    printed = capsys.readouterr().out
+    assert f"report of benchmark {name}: 2 runs (1 not finished, left out)" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("Hopper-v5"))
     assert row.split()[3] == f"{np.mean([800.0, 1000.0]):.1f}"  # frames 4000 and 5000 of 5000
 
 
