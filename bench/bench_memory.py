@@ -4,6 +4,7 @@
     python bench/bench_memory.py --capacity 200000    # quicker
     python bench/bench_memory.py --compression        # also compare Zarr compressors
     python bench/bench_memory.py --undo-only --capacity 200000   # only the undo area's cost
+    python bench/bench_memory.py --checksum-only --capacity 200000   # the chunks' crc32c, CPU time
     python bench/bench_memory.py --write-behind-only --s3 --capacity 100000   # store, checkpoint,
                                                       # resume of 1M rows, disk and S3, before/after
 
@@ -429,6 +430,9 @@ def bench_resume(where: str, label: str, trees: dict[str, Path], capacity: int) 
             f"{verdict}   (filling them took {figures['fill']:.1f} s)",
             flush=True,
         )
+    if len(results) == 2:
+        before, after = results.values()
+        print(f"{label}: resume after / before {after['resume'] / before['resume']:.2f} x", flush=True)
     return results
 
 
@@ -524,6 +528,49 @@ def bench_peak(root: Path, capacity: int) -> None:
         )
 
 
+def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
+    """CPU seconds of writing and reading back ``capacity`` rows with and without the chunks' crc32c.
+
+    The same code in one process, the array codecs alone differing (those of the version before the
+    checksum: the compression alone), alternated ``repeats`` times; the minimum of each, in CPU time
+    of the process (every thread), so that the other load of a shared machine counts least. Write:
+    stores of 1,000-step chunks filling the ring (written in ``store``, no background thread), the
+    flush and the checkpoint. Read: a new memory restoring that checkpoint (a resume).
+    """
+    import digideep.memory.zarr_store as zarr_store
+    from digideep.memory import layout
+
+    rng = np.random.default_rng(8)
+    chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
+    variants = {"with crc32c": layout.compressors, "without": layout._compression}
+    times: dict[str, dict[str, list[float]]] = {name: {"write": [], "read": []} for name in variants}
+    for repeat in range(repeats):
+        for name, codecs in variants.items():
+            zarr_store.compressors = codecs
+            path = root / f"checksum-{repeat}-{name.replace(' ', '-')}.zarr"
+            start = time.process_time()
+            memory = Memory(path, num_workers=1, capacity=capacity, write_behind=False)
+            training_loop(memory, chunks, capacity // 1000 + 1, 0.0, 10**9)
+            memory.flush()
+            memory.checkpoint_committed()
+            state = memory.state_dict()
+            memory.close()
+            times[name]["write"].append(time.process_time() - start)
+            start = time.process_time()
+            with Memory(path, num_workers=1, capacity=capacity) as resumed:
+                resumed.restore(state)
+            times[name]["read"].append(time.process_time() - start)
+            shutil.rmtree(path, ignore_errors=True)  # (the undo area is deleted in the background)
+    zarr_store.compressors = layout.compressors
+    for what in ("write", "read"):
+        best = {name: min(figures[what]) for name, figures in times.items()}
+        print(
+            f"{what} {capacity:,} rows, CPU s (min of {repeats}): with crc32c {best['with crc32c']:.3f}, "
+            f"without {best['without']:.3f}: {best['with crc32c'] / best['without']:.2f} x",
+            flush=True,
+        )
+
+
 def cpu_flags() -> str:
     """torch's CPU capability and the SIMD flags that numpy and the codecs use."""
     return machine(("sse4_2", "avx", "avx2", "avx512f", "fma"))
@@ -538,6 +585,9 @@ def main() -> None:
     parser.add_argument("--skip-disk", action="store_true")
     parser.add_argument(
         "--undo-only", action="store_true", help="only the undo area's flush cost and disk use"
+    )
+    parser.add_argument(
+        "--checksum-only", action="store_true", help="only the chunks' crc32c: write and read CPU time"
     )
     parser.add_argument(
         "--write-behind-only",
@@ -578,6 +628,9 @@ def main() -> None:
         if args.undo_only:
             bench_undo(root, args.capacity)
             return
+        if args.checksum_only:
+            bench_checksum(root, args.capacity)
+            return
         trees = {"before": before_tree(args.before, root)} if args.before else {}
         trees["after"] = Path(__file__).resolve().parents[1]
         if args.before:
@@ -589,7 +642,7 @@ def main() -> None:
             stages = bench_stages(places, trees, args)
             if args.s3:
                 bench_resume(places["S3 (moto, 127.0.0.1)"], "S3", trees, args.resume_capacity)
-            bench_resume(str(root / "resume"), "local disk", {"after": trees["after"]}, args.resume_capacity)
+            bench_resume(str(root / "resume"), "local disk", trees, args.resume_capacity)
         seconds = args.iteration_seconds
         if seconds is None:
             seconds = iteration_seconds()
