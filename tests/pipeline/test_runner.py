@@ -1,4 +1,7 @@
-"""The Runner in real subprocesses: crashes mid-checkpoint, SIGTERM, retention, finished sessions, bad checkpoints."""
+"""The Runner in real subprocesses: crashes mid-checkpoint, retention, finished sessions, bad checkpoints.
+
+Stopping by SIGINT and SIGTERM: tests/pipeline/test_stop.py.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -77,28 +79,6 @@ def test_kill_in_the_middle_of_a_checkpoint_leaves_the_previous_one_loadable(tmp
     assert (tmp_path / "s" / "done.json").exists()
     info, _ = load_checkpoint(latest_checkpoint(checkpoints).path)
     assert info["counters"]["iteration"] == 8
-
-
-def test_sigterm_finishes_the_iteration_checkpoints_and_exits_cleanly(tmp_path, run_env):
-    cpanel = {**SMALL_SAC, "number_epochs": 200, "save_interval": 100}
-    process = subprocess.Popen(
-        train_command(tmp_path, "s", "params.pendulum_sac", cpanel),
-        cwd=REPO,
-        env=run_env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log = tmp_path / "s" / "log.txt"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (log.exists() and "epoch 2/" in log.read_text()):
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-2000:]
-    assert "SIGTERM received" in stderr
-    newest = latest_checkpoint(tmp_path / "s" / "checkpoints")
-    assert newest is not None and newest.iteration >= 4
-    assert not (tmp_path / "s" / "done.json").exists()
 
 
 def test_retention_keeps_the_last_k_and_the_best(tmp_path, run_env):
