@@ -20,6 +20,8 @@ up, so a session under a URL is held by a *lease*: the object ``<session url>/.l
   its ``on_lost`` callbacks; it never writes the record again. The owner of the lease must stop
   writing to the session (see :meth:`Lease.ensure_held`).
 - **Release**: deletes the record with ``If-Match``, only if it is still ours; safe to call twice.
+  A release retries through a store that fails transiently (at most 30 s), so a run that failed
+  on a store outage still frees its session once the store is back.
 - **A dead holder on this machine**: ``process`` says which process holds the lease: the kernel's
   boot id, the pid namespace, the pid and the process's start time (field 22 of
   ``/proc/<pid>/stat``, clock ticks since boot). A starter that finds all of them naming this
@@ -71,6 +73,7 @@ from digideep.pipeline.lease_store import (
     Stored,
     store_for,
 )
+from digideep.utility.store_retry import retrying
 
 __all__ = [
     "DEFAULT_CLOCK_SKEW",
@@ -95,6 +98,8 @@ LEASE_MARGIN = 15.0
 LEASE_LOST_EXIT = 75
 """Exit status of a process that stopped because it lost its session's lease (EX_TEMPFAIL)."""
 _ATTEMPTS = 3
+RELEASE_RETRY_SECONDS = 30.0
+"""At most this long a release retries deleting the record while the store fails transiently."""
 
 
 class LeaseLostError(RuntimeError):
@@ -206,9 +211,9 @@ class Lease:
             self._released = True
             if self.lost.is_set():
                 return  # the record is someone else's now
-            try:
-                self._delete_ours()
-            except Exception as error:  # it expires by itself after ttl
+            try:  # through a store that hiccups: a run that failed on an outage frees its session too
+                retrying(self._delete_ours, "delete", self.url, RELEASE_RETRY_SECONDS)
+            except Exception as error:  # it expires by itself after ttl (or is taken over: a dead holder)
                 log.warning("could not delete the session lease %s: %s", self.url, _one_line(error))
 
     def __enter__(self) -> Lease:

@@ -75,19 +75,20 @@ def retry_seconds() -> float:
     return seconds
 
 
-def retrying(call: Callable[[], T], what: str, url: str) -> T:
+def retrying(call: Callable[[], T], what: str, url: str, seconds: float | None = None) -> T:
     """``call()``, retried on transient errors of the store for up to :func:`retry_seconds` seconds.
 
     Args:
         call: one whole request (or a few, each safe to repeat).
         what: what it does, for the messages (``"read"``, ``"write"``, ``"list"``).
         url: what it reads or writes (never carries a credential).
+        seconds: retry for this long instead of :func:`retry_seconds`.
 
     Raises:
         StoreUnavailableError: the store failed transiently for the whole retry time.
         UsageError: a permanent error (access refused, no such bucket), at once.
     """
-    backoff = _Backoff(what, url)
+    backoff = _Backoff(what, url, seconds)
     while True:
         try:
             return call()
@@ -110,9 +111,9 @@ async def retrying_async(call: Callable[[], Awaitable[T]], what: str, url: str) 
 class _Backoff:
     """One request's retries: the delays, the deadline, the one warning, the final error."""
 
-    def __init__(self, what: str, url: str) -> None:
+    def __init__(self, what: str, url: str, seconds: float | None = None) -> None:
         self.what, self.url = what, url
-        self.budget = retry_seconds()
+        self.budget = retry_seconds() if seconds is None else seconds
         self.deadline = time.monotonic() + self.budget
         self.attempts = 0
 
