@@ -89,10 +89,11 @@ def build_report(
     scale, normalise = _scale(selection, references)
     report = Report(selection, last, reps, seed, rows, scale)
     if normalise is None:
+        missing = [e for e in selection.envs if _reference(references, e) is None]
         report.notes.append(
-            "aggregates across environments need normalised scores, and "
-            f"{', '.join(e for e in selection.envs if _reference(references, e) is None)} "
-            "has no reference score in the data file: per-environment results only"
+            f"aggregates across environments need normalised scores, and {', '.join(missing)} "
+            f"{'has' if len(missing) == 1 else 'have'} no reference score in the data file: "
+            "per-environment results only"
         )
     else:
         _aggregate(report, normalise)

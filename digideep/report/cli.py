@@ -3,7 +3,8 @@
 ::
 
     digideep report --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] [--compare A B]
-                    [--last N] [--reps 2000] [--seed 0] [--out DIR] [--tracking-uri URI | --data-root DIR]
+                    [--last N] [--reps 2000] [--seed 0] [--out DIR]
+                    [--tracking-uri URI | --session-path P | --data-root DIR]
 
 Prints the per-environment table, writes the PNG figures, ``table.txt`` and one self-contained
 ``report.html`` under ``--out`` (default ``<data_root>/reports/<name>/``), and logs them as artifacts
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from digideep.errors import UsageError
 from digideep.report import DEFAULT_REPS
-from digideep.tracking.naming import DEFAULT_DATA_ROOT
+from digideep.report.selection import check_criteria
+from digideep.tracking.naming import DEFAULT_DATA_ROOT, data_root_of
 
 if TYPE_CHECKING:
     from digideep.report.build import Report
@@ -61,7 +63,13 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
     )
-    parser.add_argument(
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--session-path",
+        metavar="PATH",
+        help="the --session-path the runs trained with: read the embedded store beside it (PATH/../mlflow.db)",
+    )
+    store.add_argument(
         "--data-root",
         default=str(DEFAULT_DATA_ROOT),
         help="folder of the embedded store (default: %(default)s)",
@@ -82,6 +90,8 @@ def command_report(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     _check_numbers(args)
+    if args.session_path is not None:  # the store the tracker chose for sessions there
+        args.data_root = str(data_root_of(args.session_path))
     references = load_references(args.references) if args.references else load_references()
     with http_limits(retries=2, timeout=30):  # a server that stops answering fails the command
         client = open_client(args.tracking_uri, args.data_root)
@@ -117,6 +127,7 @@ def write_report(report: Report, folder: Path, text: str, command: str) -> list[
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    check_criteria(args.benchmark, args.experiment, args.tag)  # before the store is opened
     if args.last < 1:
         raise UsageError(f"--last {args.last} must be at least 1 (1: the final evaluation)")
     if args.reps < 100:

@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mlflow import MlflowClient
 
 from digideep.errors import UsageError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 __all__ = [
     "BENCHMARK_TAG",
@@ -27,6 +29,7 @@ __all__ = [
     "Protocol",
     "RunScores",
     "Selection",
+    "check_criteria",
     "select_runs",
 ]
 
@@ -131,13 +134,10 @@ def select_runs(
         UsageError: no criterion, no run, a run outside the protocol, protocols or budgets mixed,
             a cell with two runs, or a run with fewer than ``last`` evaluations.
     """
+    check_criteria(benchmark, experiment, tags)
     filters, description = _filters(benchmark, tags)
     if experiment:
         description.insert(0, f"experiment {experiment}")
-    if not description:
-        raise UsageError(
-            "choose the runs to report with --benchmark NAME, --experiment NAME or --tag KEY=VALUE"
-        )
     matched = _search(client, experiment, filters)
     cells = [r for r in matched if KIND_TAG not in r.data.tags]  # not a benchmark's or study's parent
     finished = [r for r in cells if r.info.status == "FINISHED"]
@@ -159,6 +159,18 @@ def select_runs(
         groups=sorted({r.group for r in runs}),
         envs=sorted({r.env for r in runs}),
     )
+
+
+def check_criteria(benchmark: str | None, experiment: str | None, tags: Sequence[str]) -> None:
+    """Refuse a selection without any criterion (every run of the store is never what was meant).
+
+    Raises:
+        UsageError: none of ``benchmark``, ``experiment`` and ``tags`` is given.
+    """
+    if not (benchmark or experiment or tags):
+        raise UsageError(
+            "choose the runs to report with --benchmark NAME, --experiment NAME or --tag KEY=VALUE"
+        )
 
 
 def _filters(benchmark: str | None, tags: Sequence[str]) -> tuple[list[str], list[str]]:

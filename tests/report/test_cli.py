@@ -111,6 +111,7 @@ def _mixed(key: str, value: str):  # the eval/* params of one cell changed
 @pytest.mark.parametrize(
     ("case", "message"),
     [
+        ("no selection", "choose the runs to report with --benchmark NAME, --experiment NAME or --tag"),
         ("no runs", "no finished runs match benchmark"),
         ("budgets", "the runs mix eval/frame_budget (4000 in 1 run, 5000 in 2 runs)"),
         ("intervals", "the runs mix eval/frame_interval"),
@@ -140,7 +141,9 @@ def test_bad_input_is_one_line_and_writes_nothing(
     name, parent = make_benchmark(
         client, cells, linear_curve(FINAL), protocol=protocol, artifacts=tmp_path / "artifacts"
     )
-    args = ["--benchmark", "no-such-benchmark" if case == "no runs" else name]
+    args = (
+        [] if case == "no selection" else ["--benchmark", "no-such-benchmark" if case == "no runs" else name]
+    )
     if case == "compare":
         args += ["--compare", SAC, "params.nope"]
     out = tmp_path / "out"
