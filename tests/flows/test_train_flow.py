@@ -148,6 +148,75 @@ def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_
     assert client.get_run(info["mlflow_run_id"]).info.status == "FINISHED"
 
 
+def flow_run_logs(flow_run_id: str) -> list[str]:
+    """The messages of the flow run's log records on the server, oldest first."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return [log.message for log in logs]
+
+
+def wait_until_the_worker_is_done_with(flow_run_id: str, timeout: float = 120) -> None:
+    """Wait for the worker's ``prefect.worker.executed-flow-run`` event of the killed flow process.
+
+    Prefect 3.8's process worker reports a killed flow process Crashed at once, then again once it
+    has shut down its run of it (tens of seconds later here): a Retry made in between is crashed by
+    that second report (docs/tracking-prefect.md).
+    """
+    from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
+
+    def wanted() -> EventFilter:  # a new one each time: a filter ends at the time it was made
+        return EventFilter(
+            event=EventNameFilter(name=["prefect.worker.executed-flow-run"]),
+            related=EventRelatedFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+        )
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while not client.read_events(wanted(), limit=1).events:  # the server allows 50 at most
+            assert time.monotonic() < deadline, "the worker did not finish with the killed flow process"
+            time.sleep(1)
+
+
+def test_a_killed_run_retried_leaves_no_task_running_and_shows_the_log_lines_prefect_missed(stack, tmp_path):
+    from flows.recovery import KILLED_PREFIX
+    from tests.flows.killed import LAST_LINE
+    from tests.flows.test_stage_tasks import task_runs_of
+
+    sessions = tmp_path / "sessions"
+    marker = tmp_path / "killed"
+    cpanel = {**TINY, "fail_at_update": 4, "marker": str(marker)}
+    parameters = {"params": "tests.flows.killed", "cpanel": cpanel, "session_path": str(sessions)}
+
+    flow_run_id = start("train/pendulum-sac", parameters)
+    assert wait(flow_run_id, stack) == "CRASHED"  # the worker saw its flow process die of SIGKILL
+    assert marker.exists(), "the flow process should have been killed"
+    session = sessions / f"{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
+    last_line = (session / "log.txt").read_text().splitlines()[-1]
+    assert last_line.endswith(LAST_LINE.format(4)), last_line
+    assert LAST_LINE.format(4) not in flow_run_logs(flow_run_id)  # killed before it was sent
+    running = [t.name for t in task_runs_of(flow_run_id) if t.state.type.value == "RUNNING"]
+    assert len(running) == 1 and running[0].endswith("[epoch 3, iteration 3]"), running  # as the UI showed it
+
+    wait_until_the_worker_is_done_with(flow_run_id)
+    stack.run("flow-run", "retry", flow_run_id)  # what the UI's Retry button does
+    final = wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"})
+    assert final == "COMPLETED", (stack.log_folder / "worker.log").read_text()[-4000:]
+    task_runs = task_runs_of(flow_run_id)
+    assert not [t.name for t in task_runs if t.state.type.value in ("RUNNING", "PENDING")]
+    crashed = [t for t in task_runs if t.state.type.value == "CRASHED"]
+    assert [t.name for t in crashed] == running
+    assert "was killed" in crashed[0].state.message
+
+    deadline = time.monotonic() + 30  # the flow process sends its last log records as it exits
+    while f"{KILLED_PREFIX}{last_line}" not in (messages := flow_run_logs(flow_run_id)):
+        assert time.monotonic() < deadline, "the killed attempt's last line is not in the flow run's logs"
+        time.sleep(1)
+    resent = [m for m in messages if m.startswith(KILLED_PREFIX)]
+    assert len(resent) <= 50 and resent[-1] == f"{KILLED_PREFIX}{last_line}"
+
+
 def test_a_sweep_of_two_runs_completes(stack, tmp_path):
     sessions = tmp_path / "sessions"
     parameters = {
