@@ -366,6 +366,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--model", default="model", help="the run's logged model: model (final) or best_model"
         )
+        parser.add_argument("--alias", help="also point this alias at the new version (models:/NAME@ALIAS)")
     elif command == "ui":
         parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: %(default)s)")
     else:
@@ -423,8 +424,9 @@ def _register(client: MlflowClient, args: argparse.Namespace, out: TextIO) -> in
                 f"no run '{args.run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
             ) from None
         name = client.get_experiment(run.info.experiment_id).name
-    version = register_model(client, args.run_id, name, which)
-    out.write(f"registered {args.model} of run {args.run_id} as '{name}' version {version}\n")
+    version = register_model(client, args.run_id, name, which, alias=args.alias)
+    alias = f" (alias '{args.alias}')" if args.alias else ""
+    out.write(f"registered {args.model} of run {args.run_id} as '{name}' version {version}{alias}\n")
     return 0
 
 
