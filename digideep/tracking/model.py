@@ -16,12 +16,16 @@ they stay outside the agent. The normaliser is applied in float64 and cast to fl
 bit-equal to the checkpoint's agent on the CPU. Not exported (one-line error): several agents,
 Dict or image observations, recurrent policies.
 
-:func:`log_policy_models` logs the last and the best checkpoint of a finished run under the run's
-artifacts ``model`` and ``best_model`` (``runs:/<run_id>/model``) and registers the first when
-``tracking.register_model`` names a registered model; ``digideep runs register RUN [--name N]``
-(:func:`register_model`) registers one afterwards. Loading needs torch, numpy and mlflow only: the
+:func:`log_policy_models` logs the last and the best checkpoint of a finished run as MLflow 3 *logged
+models* named ``model`` and ``best_model``, linked to the run as its outputs: MLflow lists them with
+``search_logged_models`` and in the run's Models column, and loads them as ``models:/<model_id>`` or
+``runs:/<run_id>/model``. The final one is registered when ``tracking.register_model`` names a
+registered model; ``digideep runs register RUN [--name N] [--alias A]`` (:func:`register_model`)
+registers one afterwards. Runs logged by earlier digideep versions kept their models as artifact
+folders of the run; registering those still works. Loading needs torch, numpy and mlflow only: the
 pyfunc is saved as code (:mod:`digideep.tracking.policy_pyfunc`), so neither digideep nor Prefect
-is imported.
+is imported. Checkpoints on object storage (``s3://...``) are read through their
+:class:`~digideep.utility.location.Location`.
 """
 
 from __future__ import annotations
@@ -40,16 +44,27 @@ import torch
 from torch import nn
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import load_checkpoint
+from digideep.pipeline.checkpoint import load_checkpoint, read_runner_info
 from digideep.utility.codec import decode
+from digideep.utility.location import Location, location_of
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
-__all__ = ["MODEL_ARTIFACTS", "PolicyModule", "export_policy", "log_policy_models", "register_model"]
+__all__ = [
+    "MODEL_ARTIFACTS",
+    "MODEL_TAG",
+    "PolicyModule",
+    "export_policy",
+    "find_logged_model",
+    "log_policy_models",
+    "register_model",
+]
 
 log = logging.getLogger(__name__)
 
 MODEL_ARTIFACTS = {"final": "model", "best": "best_model"}
-"""Which checkpoint -> the run's artifact folder holding its model."""
+"""Which checkpoint -> the name of its logged model (``runs:/<run_id>/<name>``)."""
+MODEL_TAG = "digideep.model"
+"""Tag of a logged model and of its registered versions: which checkpoint it is (``final``, ``best``)."""
 TORCHSCRIPT = "policy.pt"
 _NORMALIZER = "NormalizeObservation"
 
@@ -96,15 +111,18 @@ class _CpuSession:
     device = torch.device("cpu")
 
 
-def build_policy(checkpoint: str | Path) -> tuple[PolicyModule, Any]:
+def build_policy(checkpoint: str | Path | Location) -> tuple[PolicyModule, Any]:
     """The checkpoint's agent on the CPU as a :class:`PolicyModule`, and its observation space.
+
+    Args:
+        checkpoint: the checkpoint folder: a path, a URL (``s3://...``) or a Location.
 
     Raises:
         UsageError: a damaged checkpoint, or a run the export does not cover (module doc).
     """
     from digideep.environment.make_environment import MakeEnvironment
 
-    path = Path(checkpoint)
+    path = location_of(checkpoint)
     info, states = load_checkpoint(path)
     params = info["params"]
     agents = params["agents"]
@@ -134,7 +152,7 @@ def build_policy(checkpoint: str | Path) -> tuple[PolicyModule, Any]:
     return module.eval(), observation_space
 
 
-def _normalizer(params: dict[str, Any], states: dict[str, Any], path: Path) -> dict[str, Any] | None:
+def _normalizer(params: dict[str, Any], states: dict[str, Any], path: Location) -> dict[str, Any] | None:
     """The train explorer's NormalizeObservation statistics and settings, or None without one."""
     wrappers = states.get("explorers", {}).get("train", {}).get("wrappers", {})
     found = [state for key, state in wrappers.items() if key.split(":", 1)[-1] == _NORMALIZER]
@@ -152,13 +170,17 @@ def _normalizer(params: dict[str, Any], states: dict[str, Any], path: Path) -> d
     return {"mean": statistics[""]["mean"], "var": statistics[""]["var"], **args}
 
 
-def export_policy(checkpoint: str | Path, out: str | Path, examples: int = 5) -> Path:
+def export_policy(
+    checkpoint: str | Path | Location, out: str | Path, examples: int = 5, mlflow_model: Any = None
+) -> Path:
     """Write the checkpoint's policy as an MLflow pyfunc model (with ``artifacts/policy.pt``) at ``out``.
 
     Args:
-        checkpoint: a checkpoint folder (``.../checkpoints/checkpoint-<iteration>``).
+        checkpoint: a checkpoint folder (``.../checkpoints/checkpoint-<iteration>``, a path or a URL).
         out: the model folder to create (must not exist).
         examples: rows of the input example (observations drawn from the observation space, seed 0).
+        mlflow_model: the ``mlflow.models.Model`` to save into (a logged model's, so that its
+            ``MLmodel`` names its model id and run), or None for a standalone model.
 
     Returns:
         ``out``.
@@ -184,6 +206,7 @@ def export_policy(checkpoint: str | Path, out: str | Path, examples: int = 5) ->
             artifacts={"torchscript": str(script)},
             signature=infer_signature(example, actions),
             input_example=example,
+            mlflow_model=mlflow_model,
             pip_requirements=[
                 f"torch=={torch.__version__.split('+')[0]}",
                 f"mlflow=={mlflow.__version__}",
@@ -213,29 +236,25 @@ def _quiet_mlflow() -> Iterator[None]:
 
 
 def log_policy_models(
-    client: Any, run_id: str, checkpoints: dict[str, Path], register_as: str | None = None
+    client: Any,
+    run_id: str,
+    checkpoints: dict[str, str | Path | Location],
+    register_as: str | None = None,
 ) -> dict[str, str]:
-    """Export ``checkpoints`` (``{"final": path, "best": path}``) into the run's artifacts.
+    """Log ``checkpoints`` (``{"final": folder, "best": folder}``) as logged models of the run.
 
     The final model is registered as ``register_as`` when given. Failures are logged, never
     raised: the checkpoints hold the policy either way.
 
     Returns:
-        ``{"final": "runs:/<run_id>/model", ...}`` for the models logged.
+        ``{"final": "models:/<model_id>", ...}`` for the models logged.
     """
     logged: dict[str, str] = {}
     for which, checkpoint in checkpoints.items():
-        artifact = MODEL_ARTIFACTS[which]
-        with tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch:
-            try:
-                export_policy(checkpoint, Path(scratch) / artifact)
-                client.log_artifacts(run_id, str(Path(scratch) / artifact), artifact)
-            except Exception as error:
-                log.warning(
-                    "could not log the %s policy of %s as an MLflow model: %s", which, checkpoint, error
-                )
-                continue
-        logged[which] = f"runs:/{run_id}/{artifact}"
+        try:
+            logged[which] = f"models:/{_log_model(client, run_id, which, checkpoint)}"
+        except Exception as error:
+            log.warning("could not log the %s policy of %s as an MLflow model: %s", which, checkpoint, error)
     if register_as and "final" in logged:
         try:
             version = register_model(client, run_id, register_as)
@@ -245,8 +264,66 @@ def log_policy_models(
     return logged
 
 
-def register_model(client: Any, run_id: str, name: str, which: str = "final") -> str:
+def _log_model(client: Any, run_id: str, which: str, checkpoint: str | Path | Location) -> str:
+    """Create the logged model ``MODEL_ARTIFACTS[which]`` of the run from ``checkpoint``; its id.
+
+    What ``mlflow.pyfunc.log_model`` does inside an active run, with this client and run instead of
+    the process's global ones: create the logged model, link it to the run as an output at the
+    checkpoint's step (frames), save the pyfunc into it, and mark it READY (FAILED when a step fails).
+    """
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
+    run = client.get_run(run_id)
+    name = MODEL_ARTIFACTS[which]
+    step = int(read_runner_info(checkpoint)["counters"].get("frames", 0))
+    model = client.create_logged_model(
+        run.info.experiment_id,
+        name=name,
+        source_run_id=run_id,
+        tags={MODEL_TAG: which, "digideep.checkpoint": str(location_of(checkpoint))},
+    )
+    try:
+        client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
+        frame = Model(
+            artifact_path=model.artifact_location,
+            run_id=run_id,
+            model_id=model.model_id,
+            model_uuid=model.model_id,
+        )
+        with tempfile.TemporaryDirectory(prefix="digideep-model-") as scratch:
+            export_policy(checkpoint, Path(scratch) / name, mlflow_model=frame)
+            with _quiet_mlflow():
+                client.log_model_artifacts(model.model_id, str(Path(scratch) / name))
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        raise
+    return model.model_id
+
+
+def find_logged_model(client: Any, run: Any, which: str) -> Any | None:
+    """The newest READY logged model ``MODEL_ARTIFACTS[which]`` of ``run``, or None."""
+    from mlflow.entities import LoggedModelStatus
+
+    name = MODEL_ARTIFACTS[which]
+    found = client.search_logged_models(  # the status is not filtered on: the sqlite store ignores it
+        experiment_ids=[run.info.experiment_id],
+        filter_string=f"source_run_id = '{run.info.run_id}' AND name = '{name}'",
+        order_by=[{"field_name": "creation_time", "ascending": False}],
+    )
+    return next((model for model in found if model.status == LoggedModelStatus.READY), None)
+
+
+def register_model(
+    client: Any, run_id: str, name: str, which: str = "final", alias: str | None = None
+) -> str:
     """Register the run's logged ``which`` model (``final`` or ``best``) as ``name``; return the version.
+
+    Args:
+        alias: also point this alias of the registered model at the new version
+            (``models:/<name>@<alias>``), e.g. ``champion``.
 
     Raises:
         UsageError: no such run, no such logged model, or a name MLflow refuses.
@@ -261,26 +338,43 @@ def register_model(client: Any, run_id: str, name: str, which: str = "final") ->
         raise UsageError(
             f"no run '{run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
         ) from None
-    artifact = MODEL_ARTIFACTS[which]
-    logged = {f.path for f in client.list_artifacts(run_id) if f.is_dir}
-    if artifact not in logged:
-        have = sorted(set(MODEL_ARTIFACTS.values()) & logged) or "none"
-        raise UsageError(
-            f"run {run_id} has no logged '{artifact}' model (it has: {have}); models are logged when a run finishes"
-        )
     if not name or not name.strip():
         raise UsageError("a registered model needs a non-empty --name")
+    source, model_id = _model_source(client, run, which)
     try:
         try:
             client.get_registered_model(name)
         except Exception:
             client.create_registered_model(name)
         version = client.create_model_version(
-            name, f"{run.info.artifact_uri}/{artifact}", run_id=run_id, tags={"digideep.model": which}
+            name, source, run_id=run_id, tags={MODEL_TAG: which}, model_id=model_id
         )
+        if alias:
+            client.set_registered_model_alias(name, alias, version.version)
     except Exception as error:
         raise UsageError(f"MLflow refused to register model '{name}': {one_line(error)}") from None
     return str(version.version)
+
+
+def _model_source(client: Any, run: Any, which: str) -> tuple[str, str | None]:
+    """``(source URI, model id)`` of the run's ``which`` model: its logged model, or the artifact
+    folder that digideep versions before logged models wrote (model id None).
+
+    Raises:
+        UsageError: the run has neither.
+    """
+    model = find_logged_model(client, run, which)
+    if model is not None:
+        # its artifact location, not "models:/<id>": MLflow's sqlite registry would look that URI up
+        # through the process's global tracking URI, not this client's store
+        return model.artifact_location, model.model_id
+    artifact = MODEL_ARTIFACTS[which]
+    folders = {f.path for f in client.list_artifacts(run.info.run_id) if f.is_dir}
+    if artifact in folders:
+        return f"{run.info.artifact_uri}/{artifact}", None
+    raise UsageError(
+        f"run {run.info.run_id} has no logged '{artifact}' model; models are logged when a run finishes"
+    )
 
 
 def log_run_models(runner: Any) -> dict[str, str]:
@@ -296,7 +390,7 @@ def log_run_models(runner: Any) -> dict[str, str]:
     tracker = runner.tracker
     if tracker is None or not getattr(tracker, "active", False) or not tracker.run_id:
         return {}
-    found = {c.iteration: c.path for c in find_checkpoints(runner.session.checkpoints_path)}
+    found = {c.iteration: c.location for c in find_checkpoints(runner.session.checkpoints_location)}
     counters = runner.counters
     checkpoints = {
         which: found[iteration]

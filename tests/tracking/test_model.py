@@ -49,6 +49,7 @@ obs = np.load(sys.argv[1])
 out = {}
 out["registered"] = mlflow.pyfunc.load_model(sys.argv[2]).predict(obs)
 out["run"] = mlflow.pyfunc.load_model(sys.argv[3]).predict(obs)
+out["logged"] = mlflow.pyfunc.load_model(sys.argv[5]).predict(obs)
 script = mlflow.artifacts.download_artifacts(sys.argv[3] + "/artifacts/policy.pt")
 with torch.inference_mode():
     out["torchscript"] = torch.jit.load(script)(torch.from_numpy(obs)).numpy()
@@ -87,28 +88,46 @@ def test_the_logged_model_acts_as_the_checkpoint_without_digideep_or_prefect(tmp
     info = json.loads((sessions / "s" / "session.json").read_text())
     run_id, uri = info["mlflow_run_id"], run_env["MLFLOW_TRACKING_URI"]
     client = MlflowClient(uri)
-    assert {"model", "best_model"} <= {f.path for f in client.list_artifacts(run_id)}
-    assert client.get_registered_model(model_name).latest_versions[0].run_id == run_id
+    mlflow_run = client.get_run(run_id)
+    # MLflow 3 logged models, linked to the run (its Models column), in the training view's experiment
+    models = client.search_logged_models([mlflow_run.info.experiment_id], f"source_run_id = '{run_id}'")
+    assert sorted((m.name, str(m.status), m.tags["digideep.model"]) for m in models) == [
+        ("best_model", "READY", "best"),
+        ("model", "READY", "final"),
+    ]
+    assert {o.model_id for o in mlflow_run.outputs.model_outputs} == {m.model_id for m in models}
+    final = next(m for m in models if m.name == "model")
+    frames = json.loads((sessions / "s" / "checkpoints" / "checkpoint-2" / "runner.json").read_text())
+    assert [o.step for o in mlflow_run.outputs.model_outputs if o.model_id == final.model_id] == [
+        frames["counters"]["frames"]
+    ]
+    assert client.get_experiment(mlflow_run.info.experiment_id).tags["mlflow.experimentKind"] == (
+        "custom_model_development"
+    )
+    version = client.get_model_version(model_name, "1")
+    assert (version.run_id, version.source) == (run_id, final.artifact_location)
 
     obs = (np.random.default_rng(0).normal(size=(64, 3)) * 3).astype(np.float32)
     np.save(tmp_path / "obs.npy", obs)
     env = {k: v for k, v in run_env.items() if k != "PYTHONPATH"}
     subprocess.run(
         [sys.executable, "-c", LOAD, str(tmp_path / "obs.npy"), f"models:/{model_name}/1",
-         f"runs:/{run_id}/model", str(tmp_path / "actions.npz")],
+         f"runs:/{run_id}/model", str(tmp_path / "actions.npz"), f"models:/{final.model_id}"],
         cwd=tmp_path, env=env, check=True, timeout=300,
     )  # fmt: skip
     loaded = np.load(tmp_path / "actions.npz")
     expected = checkpoint_actions(sessions, "s", sessions / "s" / "checkpoints" / "checkpoint-2", obs)
     assert expected.shape == (64, 1) and np.abs(expected).max() > 0
-    for key in ("registered", "run", "torchscript"):
+    for key in ("registered", "run", "logged", "torchscript"):
         np.testing.assert_array_equal(loaded[key], expected, err_msg=key)
 
     # registered again afterwards, by the CLI's function; bad input is one line
     out = io.StringIO()
     assert main_runs(["register", run_id, "--name", f"{model_name}-best", "--model", "best_model",
-                      "--tracking-uri", uri], out=out) == 0  # fmt: skip
-    assert "version 1" in out.getvalue()
+                      "--alias", "champion", "--tracking-uri", uri], out=out) == 0  # fmt: skip
+    assert "version 1 (alias 'champion')" in out.getvalue()
+    best = client.get_model_version_by_alias(f"{model_name}-best", "champion")
+    assert best.source == next(m.artifact_location for m in models if m.name == "best_model")
     for argv, message in (
         (["register", "nope", "--tracking-uri", uri], "no run 'nope'"),
         (
