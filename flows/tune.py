@@ -50,8 +50,8 @@ def default_storage(session_path: str) -> str:
     """``sqlite:///<abs data folder>/optuna.db``: beside the sessions folder, absolute for the workers.
 
     A missing store is created whole (built in a temporary file, renamed into place under a lock, see
-    :mod:`digideep.tracking.stores`): a tune flow killed while Optuna created its tables left one that
-    no study could open.
+    :mod:`digideep.tracking.stores`), as MLflow's is: Optuna creates its tables in several statements,
+    and a kill between them must not leave a store that only looks whole.
     """
     from digideep.tracking.stores import create_optuna_store
 
