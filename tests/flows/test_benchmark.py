@@ -8,6 +8,12 @@ MLflow parent run with the contract's tags.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
 import pytest
 from mlflow import MlflowClient
 
@@ -150,6 +156,41 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
     }
 
 
+def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_them(
+    bench_stack, tmp_path, mlflow_uri, monkeypatch
+):
+    """SB3 cells run as tasks of the benchmark's own flow run (here in this process, on the test's
+    server; no worker needed); a benchmark run again under its name finds them finished and trains nothing; an unfinished one
+    (a crash mid-cell) is deleted and trained again, so one run per cell remains."""
+    from digideep.tracking import benchmarks
+    from flows.benchmark import benchmark
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    parameters = {"algorithms": ["sb3:TD3"], "envs": ["Pendulum-v1"], "seeds": [0, 1], "frames": 200,
+                  "eval_interval": 100, "eval_episodes": 1, "name": "sb3-flow",
+                  "session_path": str(tmp_path / "sessions"), "poll_seconds": 0.2}  # fmt: skip
+    first = benchmark(**parameters)
+    assert first["status"] == "FINISHED" and [c["runs"] for c in first["cells"]] == [1, 1]
+    client = MlflowClient(mlflow_uri)
+    cell = {"algorithm": "sb3:TD3", "env": "Pendulum-v1", "seed": 1, "variant": "default"}
+    (finished,) = benchmarks.cell_runs(client, "sb3-flow", cell)
+    client.set_terminated(finished.info.run_id, "KILLED")  # as if the benchmark died in this cell
+
+    second = benchmark(**parameters)
+    assert second["status"] == "FINISHED" and [c["runs"] for c in second["cells"]] == [1, 1]
+    assert second["cells"][0]["run_id"] == first["cells"][0]["run_id"]  # finished: not trained again
+    assert second["cells"][1]["run_id"] != first["cells"][1]["run_id"]  # unfinished: trained again
+    assert [m.step for m in client.get_metric_history(second["cells"][1]["run_id"], "eval/return")] == [
+        100,
+        200,
+    ]
+    parents = client.search_runs(
+        [client.get_experiment_by_name("benchmarks").experiment_id],
+        filter_string="tags.`digideep.kind` = 'benchmark' and tags.`digideep.benchmark` = 'sb3-flow'",
+    )
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
 def test_an_sb3_cell_without_sb3_is_refused_naming_the_extra(monkeypatch):
     import sys
 
@@ -160,3 +201,147 @@ def test_an_sb3_cell_without_sb3_is_refused_naming_the_extra(monkeypatch):
         UsageError, match=r"install digideep's bench extra \(pip install 'digideep\[bench\]'\)"
     ):
         check_sb3("sb3:PPO")
+
+
+# the tiny matrix's cells: 150 frames (3 evaluations of one episode), learning after 50 frames
+TINY = {"epoch_size": 1, "n_steps": 50, "learning_starts": 50, "batch_size": 16, "hidden_sizes": [16, 16],
+        "buffer_size": 1000, "save_interval": 1, "test_win_size": 1}  # fmt: skip
+ALGORITHMS = ["params.pendulum_sac", "params.pendulum_td3"]
+ENVS = ["Pendulum-v1", "MountainCarContinuous-v0"]
+
+
+@pytest.fixture(scope="module")
+def bench_stack(tmp_path_factory, mlflow_uri):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from digideep_stack.local_stack import LocalStack
+    from tests.flows.test_train_flow import drain_prefect_clients
+    from tests.helpers import free_port
+
+    local = LocalStack(
+        port=free_port(),
+        home=tmp_path_factory.mktemp("prefect-benchmark"),
+        extra_env={
+            "MLFLOW_TRACKING_URI": mlflow_uri,
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PYTHONHASHSEED": "0",
+        },
+    )
+    try:
+        local.up()
+        with temporary_settings({PREFECT_API_URL: local.api_url}):
+            try:
+                yield local
+            finally:
+                drain_prefect_clients()
+    finally:
+        local.stop()
+
+
+@pytest.mark.parametrize(
+    ("algorithms", "envs", "seeds"),
+    [
+        # the matrix of the issue: 12 cells, about 6 minutes on 2 busy cores
+        pytest.param(ALGORITHMS, ENVS, [0, 1, 2], marks=pytest.mark.slow, id="2x2x3"),
+        (ALGORITHMS, ENVS[:1], [0, 1]),  # 4 cells: the same kill and retry, about 3 minutes
+    ],
+)
+def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
+    bench_stack, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
+):
+    from digideep.tracking import benchmarks
+    from tests.flows.test_train_flow import wait
+
+    sessions = tmp_path / "sessions"
+    name = f"tiny-{len(algorithms) * len(envs) * len(seeds)}"
+    cells = [
+        {"algorithm": a, "env": e, "seed": s, "variant": "default"}
+        for a in algorithms
+        for e in envs
+        for s in seeds
+    ]
+    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    argv = ["benchmark", "--params", *algorithms, "--env", *envs, "--seeds", *map(str, seeds), "--frames", "150",
+            "--eval-interval", "50", "--eval-episodes", "1", "--cpanel", json.dumps(TINY), "--name", name,
+            "--session-path", str(sessions)]  # fmt: skip
+    assert cli(argv) == 0
+    benchmark_id = capsys.readouterr().out.split(" flow run ")[1].split()[0]
+    client = MlflowClient(mlflow_uri)
+    _wait_for_finished_cells(client, name, at_least=len(cells) // 3)
+    seen = _workers_done(bench_stack)
+    _kill_flow_run_process(benchmark_id)  # as a machine that dies: no state change, no cleanup
+    assert wait(benchmark_id, bench_stack, timeout=120, states={"CRASHED", "FAILED"}) == "CRASHED"
+    _wait_for_the_worker(bench_stack, seen)
+    assert len(_finished(client, name)) < len(cells), "the benchmark was killed after its last cell"
+
+    bench_stack.run("flow-run", "retry", benchmark_id)  # what the UI's Retry button does
+    assert (
+        wait(benchmark_id, bench_stack, timeout=900, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    )
+
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("benchmarks").experiment_id],
+        filter_string=f"tags.`digideep.kind` = 'benchmark' and tags.`digideep.benchmark` = '{name}'",
+    )
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["eval/frame_budget"] == "150"
+    for cell in cells:
+        runs = benchmarks.cell_runs(client, name, cell)
+        assert len(runs) == 1, (cell, len(runs))  # exactly once, across the kill and the retry
+        run = runs[0]
+        assert run.info.status == "FINISHED", cell
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.params["cpanel/model_name"] == cell["env"]
+        assert run.data.params["cpanel/seed"] == str(cell["seed"])
+        assert run.data.params["eval/frame_interval"] == "50"
+        history = client.get_metric_history(run.info.run_id, "eval/return")
+        assert [m.step for m in history] == [50, 100, 150], cell
+    # one session, one train flow run per cell: nothing ran twice
+    infos = [json.loads(p.read_text()) for p in sessions.glob("*/session.json")]
+    assert len(infos) == len(cells) and len({i["prefect_flow_run_id"] for i in infos}) == len(cells)
+
+
+WORKER_DONE = "prefect.flow_runs.worker - Check whether the flow run exceeded its memory allocation"
+"""What the worker logs once it has seen a killed flow run's process exit (Prefect 3's wording)."""
+
+
+def _workers_done(stack) -> int:
+    return (stack.log_folder / "worker.log").read_text().count(WORKER_DONE)
+
+
+def _wait_for_the_worker(stack, before: int, timeout: float = 120) -> None:
+    """Wait until the worker has seen the killed process exit: it then proposes CRASHED itself, and
+    that proposal, arriving after a retry, would crash the retried run (a race of Prefect's, not
+    digideep's: a user who retries at once meets it too)."""
+    deadline = time.monotonic() + timeout
+    while _workers_done(stack) <= before:
+        assert time.monotonic() < deadline, "the worker did not see the killed flow run's process exit"
+        time.sleep(0.5)
+
+
+def _finished(client: MlflowClient, name: str) -> list:
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"tags.`digideep.benchmark` = '{name}'")
+    return [
+        r for r in runs if r.info.status == "FINISHED" and r.data.tags.get("digideep.kind") != "benchmark"
+    ]
+
+
+def _wait_for_finished_cells(client: MlflowClient, name: str, at_least: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_finished(client, name)) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} cells finished in {timeout} s"
+        time.sleep(1)
+
+
+def _kill_flow_run_process(flow_run_id: str) -> None:
+    """SIGKILL the process the worker started for ``flow_run_id`` (found by its environment)."""
+    needle = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+                return
+        except (PermissionError, FileNotFoundError, ProcessLookupError):
+            continue
+    raise AssertionError(f"no process runs flow run {flow_run_id}")
