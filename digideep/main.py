@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -573,9 +574,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     except RunStoppedError as stopped:  # a signal stopped training after its checkpoint
         print(f"digideep: {stopped}", file=sys.stderr)
         return stopped.exit_code
-    except KeyboardInterrupt:
-        print("digideep: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:  # before or after training, or a second Ctrl-C
+        name = str(interrupt) if str(interrupt) in signal.Signals.__members__ else "SIGINT"
+        print(f"digideep: interrupted by {name}", file=sys.stderr)
+        return 128 + signal.Signals[name]
     except Exception as error:
         refused = _refused_credentials(error)
         if refused is None:

@@ -66,7 +66,6 @@ def prefect_api() -> Iterator[str]:
                 start_new_session=True,  # a terminal's Ctrl-C reaches digideep only: the flow keeps its API
             )  # fmt: skip
         try:
-            log.info("started a temporary Prefect server on %s", api)
             try:
                 wait_for_http(f"{api}/health", server, "the temporary Prefect server", START_TIMEOUT)
             except RuntimeError as error:
@@ -74,6 +73,7 @@ def prefect_api() -> Iterator[str]:
                 raise UsageError(
                     f"{error} ({' '.join(tail) or 'no output'}); set PREFECT_API_URL to a running server"
                 ) from None
+            log.info("a temporary Prefect server on %s, stopped when the run ends", api)
             with temporary_settings({PREFECT_API_URL: api}):
                 try:
                     yield api
