@@ -419,7 +419,8 @@ def command_envs(args: argparse.Namespace) -> int:
 
 
 def command_sync(args: argparse.Namespace) -> int:
-    """Send what a session's metrics journal holds that its MLflow run lacks, and end the run."""
+    """Send what a session's metrics journal, checkpoints and models hold that its MLflow run lacks,
+    and end the run."""
     from digideep.pipeline.session import Session
     from digideep.tracking.tracker import sync_session
 
@@ -439,6 +440,7 @@ def command_sync(args: argparse.Namespace) -> int:
                 cpanel,
                 done=session.is_done,
                 record=session.update_info,
+                checkpoints=session.checkpoints_location,
                 **options,
             )
         )
@@ -448,9 +450,9 @@ def command_sync(args: argparse.Namespace) -> int:
 def _sync_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="digideep runs sync",
-        description="Send a session's metrics journal to MLflow (each step once): after a server "
-        "outage, or a run trained with tracking off; a finished session's run gets its learning "
-        "curve and ends FINISHED.",
+        description="Send a session's metrics journal (each step once), and the checkpoints and models "
+        "its MLflow run lacks, to MLflow: after a server outage, or a run trained with tracking off; a "
+        "finished session's run gets its learning curve and ends FINISHED once it holds all of it.",
     )
     parser.add_argument("session", help="session name (under --session-path) or path")
     parser.add_argument(

@@ -19,23 +19,34 @@ flush tries again; nothing is lost meanwhile, since the journal keeps everything
 good (an HTTP 4xx answer such as a deleted run) stops sending for the process with one warning;
 ``digideep runs sync SESSION`` sends the rest later. Warnings are logged for the first failure and
 every 100th after it.
+
+Artifacts are not journaled: a checkpoint or model whose upload failed (the server was down at the
+moment) is logged as a warning and left out. :func:`missing_artifacts` compares the session's
+checkpoints (and a finished session's final and best models) with the run's artifact list, and
+:func:`send_artifacts` uploads what is missing; ``digideep runs sync`` does both before it ends a
+run FINISHED.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
+from digideep.pipeline.checkpoint import Checkpoint, Folder, find_checkpoints, read_runner_info
 from digideep.tracking.failures import is_refusal, one_line
 from digideep.tracking.journal import MetricsJournal
+from digideep.tracking.model import MODEL_ARTIFACTS, log_policy_models
 from digideep.tracking.naming import MAX_METRICS_PER_BATCH
 
-__all__ = ["BackgroundSender", "JournalUploader"]
+__all__ = ["BackgroundSender", "JournalUploader", "MissingArtifact", "missing_artifacts", "send_artifacts"]
 
 log = logging.getLogger(__name__)
 
@@ -226,3 +237,115 @@ class BackgroundSender:
                 )
             return False
         return True
+
+
+# -- artifacts: what ``digideep runs sync`` sends besides the metrics ------------------------------
+
+CHECKPOINT_FILES = ("runner.json", "states.pt")
+"""The files of a checkpoint that a run logs under ``checkpoints/<name>/`` (as the Runner does)."""
+
+
+@dataclass(frozen=True)
+class MissingArtifact:
+    """An artifact the session has and its MLflow run lacks.
+
+    Attributes:
+        artifact: where in the run it belongs: ``checkpoints/checkpoint-<N>`` or a model folder
+            (``model``, ``best_model``).
+        checkpoint: the session's checkpoint it comes from.
+        files: for a checkpoint, the names of its files the run lacks; empty for a model.
+    """
+
+    artifact: str
+    checkpoint: Checkpoint
+    files: tuple[str, ...] = ()
+
+
+def missing_artifacts(
+    client: MlflowClient, run_id: str, checkpoints: Folder, *, done: bool
+) -> list[MissingArtifact]:
+    """What of the session's checkpoints (and, once ``done``, its final and best models) the run lacks.
+
+    A run logs each checkpoint when it is committed and the models when training finishes; an
+    MLflow outage meanwhile loses those uploads (they are logged, never raised). Checkpoints that
+    retention deleted from the session are not asked for: they cannot be sent any more.
+    """
+    found = find_checkpoints(checkpoints)
+    held = _held_artifacts(client, run_id, [c.location.name for c in found])
+    missing = []
+    for checkpoint in found:
+        artifact = f"checkpoints/{checkpoint.location.name}"
+        lacking = tuple(name for name in CHECKPOINT_FILES if f"{artifact}/{name}" not in held)
+        if lacking:
+            missing.append(MissingArtifact(artifact, checkpoint, lacking))
+    if done and found:
+        models = held | _logged_models(client, run_id)
+        for which, checkpoint in _model_checkpoints(found).items():
+            if MODEL_ARTIFACTS[which] not in models:
+                missing.append(MissingArtifact(MODEL_ARTIFACTS[which], checkpoint))
+    return missing
+
+
+def send_artifacts(
+    client: MlflowClient, run_id: str, missing: list[MissingArtifact], register_as: str | None = None
+) -> None:
+    """Upload ``missing`` to the run; checkpoints on object storage pass through a local scratch copy.
+
+    Failures of a model's export or upload are logged (see ``log_policy_models``), a checkpoint's
+    upload raises: the caller lists what is missing again to know what arrived.
+    """
+    for item in missing:
+        with tempfile.TemporaryDirectory(prefix="digideep-sync-") as scratch:
+            folder = _local_folder(item.checkpoint, Path(scratch))
+            if item.files:
+                for name in item.files:
+                    client.log_artifact(run_id, str(folder / name), item.artifact)
+            else:
+                which = next(key for key, value in MODEL_ARTIFACTS.items() if value == item.artifact)
+                log_policy_models(client, run_id, {which: folder}, register_as if which == "final" else None)
+        log.info("sent %s of %s to MLflow run %s", item.artifact, item.checkpoint.path, run_id)
+
+
+def _held_artifacts(client: MlflowClient, run_id: str, checkpoint_names: list[str]) -> set[str]:
+    """The run's top-level artifact folders and the files under ``checkpoints/<name>/`` of each name."""
+    held = {entry.path for entry in client.list_artifacts(run_id)}
+    if "checkpoints" in held:
+        logged = {entry.path for entry in client.list_artifacts(run_id, "checkpoints")}
+        for name in checkpoint_names:
+            if f"checkpoints/{name}" in logged:
+                held |= {entry.path for entry in client.list_artifacts(run_id, f"checkpoints/{name}")}
+    return held
+
+
+def _logged_models(client: MlflowClient, run_id: str) -> set[str]:
+    """Names of the READY MLflow logged models that ``run_id`` produced (how MLflow 3 keeps models;
+    runs of earlier versions hold theirs as artifact folders, which :func:`_held_artifacts` lists)."""
+    from mlflow.entities import LoggedModelStatus
+
+    experiment = client.get_run(run_id).info.experiment_id
+    found = client.search_logged_models(
+        experiment_ids=[experiment], filter_string=f"source_run_id = '{run_id}'"
+    )
+    return {model.name for model in found if model.status == LoggedModelStatus.READY}
+
+
+def _model_checkpoints(found: list[Checkpoint]) -> dict[str, Checkpoint]:
+    """The checkpoints a finished run's models come from: the newest (final) and the best one."""
+    by_iteration = {checkpoint.iteration: checkpoint for checkpoint in found}
+    counters = read_runner_info(found[-1].location).get("counters", {})
+    chosen = {"final": found[-1]}
+    best = counters.get("best_checkpoint", -1)
+    if best in by_iteration:
+        chosen["best"] = by_iteration[best]
+    return chosen
+
+
+def _local_folder(checkpoint: Checkpoint, scratch: Path) -> Path:
+    """The checkpoint's folder on local disk: itself, or a copy of its files under ``scratch``."""
+    if checkpoint.location.local is not None:
+        return checkpoint.location.local
+    copy = scratch / checkpoint.location.name
+    copy.mkdir()
+    for name in checkpoint.location.files():
+        (copy / name).write_bytes((checkpoint.location / name).read_bytes())
+    return copy

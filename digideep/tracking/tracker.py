@@ -25,10 +25,12 @@ from typing import Any
 from mlflow import MlflowClient
 
 from digideep.errors import UsageError
+from digideep.pipeline.checkpoint import Folder
 from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.naming import data_root_of, experiment_name, resolve_tracking_uri
+from digideep.tracking.sender import missing_artifacts, send_artifacts
 
 __all__ = ["log_videos", "open_tracker", "sync_session"]
 
@@ -124,58 +126,96 @@ def sync_session(
     *,
     done: bool,
     record: Callable[..., None] | None = None,
+    checkpoints: Folder | None = None,
     **options: Any,
 ) -> str:
     """Bring the session's MLflow run up to date with the session; return what was done, in a line.
 
     Sends the journal's records that the run lacks (each step once, see
-    :class:`~digideep.tracking.sender.JournalUploader`), creates the run first when the session has
-    none (a run trained with tracking off) and, for a session that finished training, uploads the
-    learning curve and ends the run FINISHED; an unfinished session's run ends KILLED (it is
-    reopened RUNNING when the session resumes). Idempotent: a run that has all of this is left
-    alone. The caller holds the session's lock (no training writes the journal meanwhile).
+    :class:`~digideep.tracking.sender.JournalUploader`) and every checkpoint, and for a finished
+    session its final and best models, that the run lacks (an MLflow outage during training loses
+    those uploads; see :func:`~digideep.tracking.sender.missing_artifacts`). It creates the run
+    first when the session has none (a run trained with tracking off) and, for a session that
+    finished training, uploads the learning curve and ends the run FINISHED, only once the run
+    holds all of this; an unfinished session's run ends KILLED (it is reopened RUNNING when the
+    session resumes). Idempotent: a run that has everything is left alone. The caller holds the
+    session's lock (no training writes the journal or checkpoints meanwhile).
 
     Args:
         session_path: the session's folder; info: its ``session.json`` fields.
         params: its params tree; cpanel: its cpanel (logged when a run is created).
         done: whether the session finished training (it has ``done.json``).
         record: keeps a new run's id in the session (see :func:`open_tracker`).
+        checkpoints: the session's checkpoints folder (its URL for a session on object storage);
+            ``session_path / "checkpoints"`` when None.
         **options: :class:`MlflowTracker` keyword arguments (``tracking_uri`` among them).
 
     Raises:
-        UsageError: the store is unreachable, or it did not take every record.
+        UsageError: the store is unreachable, or it did not take every record and artifact.
     """
     journal = MetricsJournal(session_path / JOURNAL_FILE)
+    checkpoints = session_path / "checkpoints" if checkpoints is None else checkpoints
+    register_as = params.get("tracking", {}).get("register_model")
     status = "FINISHED" if done else "KILLED"
     run_id, uri = info.get("mlflow_run_id"), info.get("mlflow_tracking_uri")
     target = options.get("tracking_uri")
     same_store = not target or resolve_tracking_uri(target, data_root_of(session_path.parent))[0] == uri
-    if run_id and uri and same_store and _up_to_date(MlflowClient(uri), run_id, journal, status, done):
+    if (
+        run_id
+        and uri
+        and same_store
+        and _up_to_date(MlflowClient(uri), run_id, journal, checkpoints, status, done)
+    ):
         return f"MLflow run {run_id} at {uri} holds everything of session {session_path.name}; nothing to do"
     options = {"asynchronous": False, **options}
     tracker = open_tracker(session_path, info, params, cpanel, journal=journal, record=record, **options)
     unsent = journal.unsent(tracker.run_id)
     tracker.flush(wait=True)
     left = journal.unsent(tracker.run_id)
-    curve = tracker.log_learning_curve() if done and not left else None
-    tracker.finish(status if not left else "KILLED")
+    client = MlflowClient(tracker.uri)
+    missing, lacking = [], []
+    try:
+        missing = missing_artifacts(client, tracker.run_id, checkpoints, done=done)
+        send_artifacts(client, tracker.run_id, missing, register_as)
+        lacking = [
+            item.artifact for item in missing_artifacts(client, tracker.run_id, checkpoints, done=done)
+        ]
+    except Exception as error:  # the server went away meanwhile: the run is not whole
+        log.warning("could not send the session's artifacts to %s: %s", tracker.uri, one_line(error))
+        lacking = [item.artifact for item in missing] or ["its checkpoints"]
+    whole = not left and not lacking
+    curve = tracker.log_learning_curve() if done and whole else None
+    tracker.finish(status if whole else "KILLED")
+    again = f"run 'digideep runs sync {session_path.name}' again"
     if left:
         raise UsageError(
             f"MLflow at {tracker.uri} took {unsent - left} of {unsent} unsent metric records of session "
-            f"{session_path.name}; the journal keeps the rest: run 'digideep runs sync {session_path.name}' again"
+            f"{session_path.name}; the journal keeps the rest: {again}"
+        )
+    if lacking:
+        raise UsageError(
+            f"MLflow at {tracker.uri} did not take {', '.join(lacking)} of session {session_path.name}; "
+            f"the session keeps them: {again}"
         )
     parts = [f"sent {tracker.sent_values} metric values ({unsent} records)"]
+    if missing:
+        parts.append(f"uploaded {', '.join(item.artifact for item in missing)}")
     if curve is not None:
         parts.append("uploaded the learning curve")
     return f"MLflow run {tracker.run_id} at {tracker.uri}: {', '.join(parts)}, ended {status}"
 
 
-def _up_to_date(client: MlflowClient, run_id: str, journal: MetricsJournal, status: str, done: bool) -> bool:
-    """Whether the run has ended ``status``, holds the whole journal and (``done``) the curve."""
+def _up_to_date(
+    client: MlflowClient, run_id: str, journal: MetricsJournal, checkpoints: Folder, status: str, done: bool
+) -> bool:
+    """Whether the run has ended ``status``, holds the whole journal, every checkpoint (and, once
+    ``done``, the models and the curve)."""
     try:
         with http_limits(retries=0, timeout=5):
             run = client.get_run(run_id)
             if run.info.status != status or journal.unsent(run_id):
+                return False
+            if missing_artifacts(client, run_id, checkpoints, done=done):
                 return False
             return not done or CURVE_ARTIFACT in {f.path for f in client.list_artifacts(run_id, "plots")}
     except Exception as error:  # the tracker's start names the store if it is really away
