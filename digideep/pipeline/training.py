@@ -136,7 +136,8 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         if settings.get("enabled", True):
             from digideep.tracking.tracker import sync_session
 
-            options = {"record": session.update_info, **settings.get("args", {})}
+            options = {"record": session.update_info, "checkpoints": session.checkpoints_location}
+            options |= settings.get("args", {})
             log.info("%s", sync_session(session.path, session.info(), params, cpanel, done=True, **options))
         session.close()
         return None
