@@ -21,6 +21,10 @@ as before: a save of this version marks its folder with an empty ``.saving`` fil
 else and deletes the mark after the commit, so files without a record and without the mark are an
 older version's complete checkpoint, and files with the mark but no record are a save cut short.
 
+A checkpoint whose files are missing or differ from its record raises
+:class:`DamagedCheckpointError` when loaded; a resume then tries the next older committed one
+(:func:`committed_checkpoints`, :meth:`digideep.pipeline.runner_state.RunnerStateMixin.resume`).
+
 Retention keeps the newest ``keep`` checkpoints plus the one with the best test return; it deletes
 the others oldest first, each by its record first, so a checkpoint is committed whole or not at all
 at every moment, and never leaves zero.
