@@ -16,9 +16,15 @@ In start order, each announced by one line with its URL once it answers:
 
 Secrets come from the environment or ``.env`` (:mod:`digideep_stack.secrets`) and travel only in
 the environment of the processes that need them (the PostgreSQL password reaches the servers, never
-a worker); no command line, log line or file outside ``.env`` carries one. Servers bind 127.0.0.1
-unless ``--host`` says otherwise. A port already taken, or a service that fails to start, is named
-in one line; Ctrl-C, SIGTERM or ``make stack-down`` stops every process the stack started.
+a worker); no command line or log line carries one, and no file but ``.env`` and the user's Prefect
+profile (below). Servers bind 127.0.0.1 unless ``--host`` says otherwise. A port already taken, or a
+service that fails to start, is named in one line; Ctrl-C, SIGTERM or ``make stack-down`` stops
+every process the stack started.
+
+Once up, ``make stack-up`` makes the Prefect profile ``digideep-stack`` (the server's URL and the
+auth string Prefect clients send) the user's active one, in their ``PREFECT_HOME`` (an owner-only
+file), so that ``prefect deployment run`` in any shell reaches the stack; when it stops, the profile
+active before is active again (:mod:`digideep_stack.profile`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from digideep.utility.processes import check_port_free, stop_tree, wait_for_http
-from digideep_stack import postgres
+from digideep_stack import postgres, profile
 from digideep_stack.local_stack import POOL, ROOT, executable, run_prefect
 from digideep_stack.secrets import load_secrets
 
@@ -340,6 +346,17 @@ class Stack:
                 if key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "AWS_ENDPOINT_URL")
             )
         )
+
+    def activate_profile(self) -> profile.ProfileSwitch:
+        """Make :data:`~digideep_stack.profile.STACK`, this server with its auth string, the active profile.
+
+        The profile goes to the ``PREFECT_HOME`` of the user who started the stack, not the server's.
+        """
+        settings = {
+            "PREFECT_API_URL": self.prefect_api,
+            "PREFECT_API_AUTH_STRING": self.secrets["PREFECT_API_AUTH_STRING"],
+        }
+        return profile.activate(profile.STACK, settings, os.environ)
 
     def dead(self) -> str | None:
         """The name of a service that exited, if any."""

@@ -71,6 +71,11 @@ class RunningStack:
     def logs(self) -> Path:
         return self.data / "logs"
 
+    @property
+    def prefect_home(self) -> Path:
+        """The ``PREFECT_HOME`` of the user who ran ``make stack-up`` (never the real ``~/.prefect``)."""
+        return self.folder / "prefect-home"
+
 
 def start_stack(folder: Path, workers: int = 1, args: tuple[str, ...] = ()) -> RunningStack:
     """``make stack-up WORKERS=workers STACK_ARGS=...``; wait for its "Stack up" line.
@@ -85,7 +90,8 @@ def start_stack(folder: Path, workers: int = 1, args: tuple[str, ...] = ()) -> R
     )
     process = subprocess.Popen(
         make("stack-up", f"WORKERS={workers}", f"STACK_ARGS={stack_args}"),
-        cwd=REPO, env={**user_env(), MARK: str(folder)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=REPO, env={**user_env(), MARK: str(folder), "PREFECT_HOME": str(folder / "prefect-home")},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True,
     )  # fmt: skip
     lines: list[str] = []

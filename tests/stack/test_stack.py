@@ -5,8 +5,10 @@ Default suite (about 2 minutes on 2 cores): the stack comes up (a typo in ``Stac
 test here), every server refuses a missing or wrong password, the CLI names a wrong one in one
 line, a deployment run started as the README shows completes on the stack's worker with its
 artifacts in S3 and no secret in any log, param or tag, and ``make stack-down`` leaves no process
-and no listening port. The host-failure cases wait out the watcher's bound:
-tests/stack/test_stack_crash.py (slow).
+and no listening port. While the stack runs, its Prefect profile is the active one of the
+(temporary) ``PREFECT_HOME`` it was started with, so ``prefect`` with nothing exported reaches it;
+after ``make stack-down`` the profile active before is active again. The host-failure cases wait
+out the watcher's bound: tests/stack/test_stack_crash.py (slow).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import toml
 
 from tests.stack.conftest import BIN, REPO, RunningStack, listeners, marked_processes, stop_stack, user_env
 
@@ -148,6 +151,28 @@ def test_a_deployment_run_from_the_readme_completes_with_its_artifacts_in_s3_and
         assert not any(secret in text for text in texts), "a secret leaked into a log, a param or a tag"
 
 
+def test_prefect_in_a_shell_with_nothing_exported_reaches_the_stack_through_its_profile(
+    stack: RunningStack, tmp_path
+):
+    """``prefect deployment run`` with no PREFECT_API_URL or auth string in the environment.
+
+    Run outside the project: Prefect reads a ``.env`` of the current folder before the profile, and
+    the project's ``.env`` is another stack's here (a user's holds the same auth string as the profile).
+    """
+    env = {**user_env(), "PREFECT_HOME": str(stack.prefect_home)}
+    assert not [key for key in env if key.startswith("PREFECT_API")]
+    result = subprocess.run(  # an hour ahead: the stack's worker leaves it alone
+        [str(BIN / "prefect"), "--no-prompt", "deployment", "run", "train/pendulum-sac", "--start-in", "in 1 hour"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    run_id = re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
+    user, password = stack.client_env["PREFECT_API_AUTH_STRING"].split(":", 1)
+    assert status(f"{stack.client_env['PREFECT_API_URL']}/flow_runs/{run_id}", user, password) == 200
+    profiles = stack.prefect_home / "profiles.toml"
+    assert profiles.stat().st_mode & 0o777 == 0o600  # it holds the auth string
+
+
 def test_make_stack_down_stops_every_process_and_frees_every_port(stack: RunningStack):
     running = marked_processes(stack.folder)
     commands = " ".join(" ".join(process.cmdline()) for process in running)
@@ -165,3 +190,6 @@ def test_make_stack_down_stops_every_process_and_frees_every_port(stack: Running
     left = stop_stack(stack)
     assert not left, left
     assert not (stack.data / "stack.pid").exists()
+    profiles = toml.loads((stack.prefect_home / "profiles.toml").read_text())
+    assert profiles["active"] == "ephemeral"  # Prefect's default, active before make stack-up
+    assert profiles["profiles"]["digideep-stack"]["PREFECT_API_URL"] == stack.client_env["PREFECT_API_URL"]
