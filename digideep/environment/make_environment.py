@@ -227,8 +227,11 @@ class MakeEnvironment:
             for i in range(num_workers)
         ]
         use_async = self.vectorization == "async" or (self.vectorization == "auto" and num_workers > 1)
-        if use_async:
-            envs: VectorEnv = AsyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+        if use_async:  # workers ignore a terminal's Ctrl-C: the run closes them after its checkpoint
+            from digideep.utility.processes import ignoring_sigint
+
+            workers = [ignoring_sigint(fn) for fn in fns]
+            envs: VectorEnv = AsyncVectorEnv(workers, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
         else:
             envs = LeanSyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
         for entry in self.vector_wrappers:
