@@ -10,6 +10,7 @@ active, SIGTERM and SIGHUP interrupt digideep like Ctrl-C does, so its cleanup r
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -17,16 +18,18 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
 from digideep.errors import UsageError
 
-__all__ = ["check_port_free", "free_port", "stop_on_signals", "stop_tree", "wait_for_http"]
+__all__ = ["check_port_free", "free_port", "ignoring_sigint", "stop_on_signals", "stop_tree", "wait_for_http"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -53,6 +56,22 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def ignoring_sigint(make: Callable[[], T]) -> Callable[[], T]:
+    """``make``, called in a process that from then on ignores SIGINT.
+
+    For what a subprocess worker calls first (the environment constructors of Gymnasium's
+    ``AsyncVectorEnv``): a terminal's Ctrl-C reaches every process of its group, and a worker that
+    died of it broke the run that was finishing its iteration to checkpoint. The run closes its
+    workers itself once it has. Picklable, as a worker's constructor must be.
+    """
+    return functools.partial(_call_ignoring_sigint, make)
+
+
+def _call_ignoring_sigint(make: Callable[[], T]) -> T:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return make()
 
 
 def stop_tree(process: subprocess.Popen, grace: float = 20.0, first: int = signal.SIGINT) -> None:
