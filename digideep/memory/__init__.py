@@ -95,8 +95,8 @@ and the checkpoint; ``tests/memory/test_s3.py`` restores on S3):
 Damage at rest: every chunk carries a crc32c (zarr's codec, after any compression), checked
 whenever zarr reads it. A resume reads every chunk back (the RAM ring's fill; a Zarr-only memory
 reads them all once), so a chunk whose bytes changed on disk (a flipped bit, a file overwritten)
-fails ``restore``/``load`` with a :class:`~digideep.memory.zarr_store.DamagedMemoryError` naming
-the key and the chunk files. A chunk never written reads as the placeholder and is not damage, so
+fails ``restore``/``load`` with a :class:`DamagedMemoryError` naming
+the key and the chunk files; the commit record carries a crc32c of its own. A chunk never written reads as the placeholder and is not damage, so
 a chunk file that was deleted is not caught. Arrays written before the checksum keep their codecs.
 
 The state restored becomes the anchor. Nothing is fsynced: a power loss may lose what the OS had
@@ -104,7 +104,7 @@ not written back. Costs, chunk shapes and measurements: ``docs/memory.md``.
 """
 
 from digideep.memory.debug import check_nan, chunk_stats, inspect_shapes
-from digideep.memory.layout import KeySpec
+from digideep.memory.layout import DamagedMemoryError, KeySpec
 from digideep.memory.memory import Memory
 from digideep.memory.ring import RingState
 from digideep.memory.rollout import RolloutMemory
@@ -119,6 +119,7 @@ from digideep.memory.units import (
 )
 
 __all__ = [
+    "DamagedMemoryError",
     "KeySpec",
     "LastChunk",
     "Memory",

@@ -15,10 +15,24 @@ import zarr
 
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["KeySpec", "check_key", "compressors", "fill_value", "is_image", "validate_chunk"]
+__all__ = [
+    "DamagedMemoryError",
+    "KeySpec",
+    "check_key",
+    "compressors",
+    "fill_value",
+    "is_image",
+    "validate_chunk",
+]
 
 # numpy kinds a memory stores: bool, signed and unsigned ints, floats, complex.
 _KINDS = "biufc"
+
+
+class DamagedMemoryError(ValueError):
+    """The memory's Zarr group changed on disk after it was written: a chunk fails its checksum or
+    does not decode, the commit record fails its own, or an array differs from what the record lists
+    (see :func:`digideep.memory.zarr_store.damaged_chunks`)."""
 
 
 @dataclass(frozen=True)

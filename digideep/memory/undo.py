@@ -29,6 +29,7 @@ from math import ceil
 
 import zarr
 
+from digideep.memory.layout import DamagedMemoryError
 from digideep.memory.location import Location, copy_objects, delete_objects, list_objects
 from digideep.memory.ring import ring_slices
 
@@ -86,7 +87,7 @@ class UndoArea:
         for key in keys:
             array = group.get(f"{UNDO}/{key[1:]}")
             if not isinstance(array, zarr.Array) or array.shape != main[key].shape:
-                raise ValueError(
+                raise DamagedMemoryError(
                     f"memory '{self.name}': the undo area of {self.location} lacks key '{key}' that its commit "
                     "record lists; the folder was changed by something else than this memory"
                 )

@@ -44,15 +44,17 @@ line naming it.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from math import ceil, prod
 
+import google_crc32c
 import numpy as np
 import zarr
 
-from digideep.memory.layout import KeySpec, compressors, fill_value
+from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState
 from digideep.memory.undo import UNDO, UndoArea
@@ -97,11 +99,6 @@ def check_zarr_version(version: str | None = None) -> None:
         )
 
 
-class DamagedMemoryError(ValueError):
-    """A chunk of the memory's Zarr group fails its checksum or cannot be decoded: its bytes changed
-    on disk after they were written (see :func:`damaged_chunks`)."""
-
-
 def damaged_chunks(array: zarr.Array, rows: int | None = None) -> list[str]:
     """Store keys (below the group) of the chunks of ``array`` that fail to decode, in rows ``:rows``.
 
@@ -120,6 +117,12 @@ def damaged_chunks(array: zarr.Array, rows: int | None = None) -> list[str]:
             logger.debug("chunk %s of %s does not decode: %r", coords, array.path, error)
             found.append(f"{array.path}/{array.metadata.encode_chunk_key(coords)}")
     return found
+
+
+def _record_crc(record: dict) -> int:
+    """crc32c of a commit record (without its own ``crc32c`` field), over its canonical JSON."""
+    fields = {key: value for key, value in record.items() if key != "crc32c"}
+    return google_crc32c.value(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _ring_state(record: dict) -> RingState:
@@ -226,6 +229,10 @@ class ZarrStore:
                 f"memory '{self.name}': {self.location} has layout format {record.get('format')!r}, this "
                 f"version reads format {FORMAT}; open it with the digideep version that wrote it"
             )
+        if "crc32c" in record and record["crc32c"] != _record_crc(record):  # older records have none
+            raise DamagedMemoryError(
+                f"memory '{self.name}': the commit record in {self.location} is damaged (its crc32c differs)"
+            )
         layout = (record.get("num_workers"), record.get("capacity"))
         if layout != (self.num_workers, self.capacity):
             raise ValueError(
@@ -242,7 +249,7 @@ class ZarrStore:
             if not set(anchor_keys) <= set(specs) or not 0 <= undo_rows <= self.capacity:
                 raise ValueError(f"anchor keys {anchor_keys} or undo_rows={undo_rows} out of range")
         except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(
+            raise DamagedMemoryError(
                 f"memory '{self.name}': the commit record in {self.location} is damaged: {error!r}"
             ) from None
         self.group = self.location.open_group("r+")
@@ -254,7 +261,7 @@ class ZarrStore:
                 found = (
                     "nothing" if array is None else f"{type(array).__name__} {getattr(array, 'shape', '')}"
                 )
-                raise ValueError(
+                raise DamagedMemoryError(
                     f"memory '{self.name}': {self.location} commits key '{key}' as {spec.dtype} {expected} but "
                     f"the store holds {found} {getattr(array, 'dtype', '')}; the folder was changed by "
                     "something else than this memory"
@@ -348,7 +355,7 @@ class ZarrStore:
             "anchor_keys": list(anchor_keys),
             "undo_rows": undo_rows,
         }
-        self.group.attrs.update({ATTR: record})
+        self.group.attrs.update({ATTR: {**record, "crc32c": _record_crc(record)}})
         self.committed, self.committed_specs = state, dict(specs)
         self.anchor, self.anchor_keys, self.undo_rows = anchor, tuple(anchor_keys), undo_rows
 

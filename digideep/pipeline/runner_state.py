@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from digideep.errors import UsageError
-from digideep.memory.zarr_store import DamagedMemoryError
+from digideep.memory import DamagedMemoryError
 from digideep.pipeline import components
 from digideep.pipeline.checkpoint import (
     Checkpoint,
@@ -101,11 +101,13 @@ class RunnerStateMixin:
             log.debug("retention removed %s", deleted)
         if self.tracker is not None:
             self.tracker.flush(force=True)
+            # MLflow keeps what the session keeps (None: retention is off, every checkpoint stays)
+            kept = [c.location.name for c in find_checkpoints(folder)] if self.keep_checkpoints > 0 else None
             if isinstance(saved.path, Path):
-                self.tracker.log_checkpoint(saved.path)
+                self.tracker.log_checkpoint(saved.path, kept)
             else:  # MLflow uploads local files: a scratch copy of this checkpoint's
                 with tempfile.TemporaryDirectory(prefix="digideep-checkpoint-") as scratch:
-                    self.tracker.log_checkpoint(pending.write_copy(Path(scratch)))
+                    self.tracker.log_checkpoint(pending.write_copy(Path(scratch)), kept)
         log.info("checkpoint %s", saved.path)
         return str(saved.path)
 

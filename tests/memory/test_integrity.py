@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
-from digideep.memory import Memory, layout
-from digideep.memory.zarr_store import DamagedMemoryError
+from digideep.memory import DamagedMemoryError, Memory, layout
 
 from .chunks import make_chunk
 
@@ -63,6 +63,16 @@ def test_a_chunk_overwritten_with_nan_is_caught_when_the_memory_is_loaded(tmp_pa
         Memory(path, W, CAPACITY).restore(state)
 
 
+def test_a_damaged_commit_record_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    _, state = written(path)
+    metadata = json.loads((path / "zarr.json").read_text())
+    metadata["attributes"]["digideep_memory"]["pos"] += 1  # a pointer one row off, still valid JSON
+    (path / "zarr.json").write_text(json.dumps(metadata))
+    with pytest.raises(DamagedMemoryError, match=r"the commit record .* is damaged"):
+        Memory(path, W, CAPACITY).restore(state)
+
+
 def test_damage_in_the_undo_area_is_caught_when_the_checkpoint_is_restored(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
     memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
@@ -96,13 +106,16 @@ def test_an_undamaged_memory_restores_and_a_chunk_never_written_is_not_damage(tm
 def test_a_memory_written_without_checksums_still_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Memories written before the checksum came (zarr arrays with no crc32c codec) load as they are;
-    keys they gain later get the checksum."""
+    """Memories written before the checksums came (zarr arrays with no crc32c codec, a commit record
+    without one) load as they are; keys they gain later get the checksum."""
     path = tmp_path / "m.zarr"
     # the codecs of digideep before the checksum: the compression alone
     monkeypatch.setattr("digideep.memory.zarr_store.compressors", layout._compression)
     _, state = written(path)
     monkeypatch.undo()
+    metadata = json.loads((path / "zarr.json").read_text())
+    del metadata["attributes"]["digideep_memory"]["crc32c"]  # nor did the commit record have one
+    (path / "zarr.json").write_text(json.dumps(metadata))
     assert not zarr.open_array(path / "rewards", mode="r").compressors
     resumed = Memory(path, W, CAPACITY)
     resumed.restore(state)
