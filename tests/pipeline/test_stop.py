@@ -188,3 +188,19 @@ def test_a_stopped_run_exits_with_its_code_and_resumes_to_the_steps_of_a_run_nev
     for key, history in histories[straight].items():  # and the same values, timings aside
         if not key.startswith(TIMING):
             assert resumed_history[key] == history, key
+
+
+ASYNC_PPO = {"vectorization": "async", "num_workers": 2, "n_steps": 16, "batch_size": 32, "n_epochs": 1,
+             "epoch_size": 2, "number_epochs": 500, "save_interval": 1, "test_interval": 100,
+             "update_mode": "eager"}  # fmt: skip
+"""CartPole PPO with a subprocess per environment worker, which the terminal's Ctrl-C reaches too."""
+
+
+def test_ctrl_c_stops_a_run_whose_environment_workers_are_processes(tmp_path, run_env):
+    command = train_command(tmp_path, "s", "params.cartpole_ppo", ASYNC_PPO)
+    code, stderr, _ = stop_after_first_checkpoint(command, run_env, tmp_path, signal.SIGINT)
+    assert code == 130, stderr[-3000:]  # the workers ignored it: the run checkpointed and closed them
+    assert "Traceback" not in stderr, stderr[-3000:]
+    newest = latest_checkpoint(tmp_path / "s" / "checkpoints")
+    assert stderr.endswith(f"digideep: stopped by SIGINT at iteration {newest.iteration}, checkpoint written; "
+                           f"resume with: digideep resume s --session-path {tmp_path}\n")  # fmt: skip
