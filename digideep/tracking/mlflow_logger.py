@@ -9,7 +9,7 @@ Usage (the Runner's ``log`` and ``checkpoint`` stages; the library never imports
     with tracker:                                   # ends FINISHED, FAILED or KILLED
         for ...:
             tracker.log_metrics({"explore/train/episode_return": 12.5, ...}, step=frames)
-            tracker.log_checkpoint(checkpoint_path)  # at checkpoints
+            tracker.log_checkpoint(checkpoint_path, kept)  # at checkpoints; MLflow keeps `kept`
         tracker.log_learning_curve()
 
 Where: ``MLFLOW_TRACKING_URI`` (a server such as ``http://127.0.0.1:5000``) or, by default, the
@@ -47,12 +47,13 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
 from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
@@ -74,6 +75,8 @@ __all__ = ["DEFAULT_CURVE_METRICS", "MlflowTracker", "TrackingUnavailableError",
 log = logging.getLogger(__name__)
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
+CHECKPOINT_ARTIFACTS = "checkpoints"
+"""The run's artifact folder of checkpoints: ``checkpoints/checkpoint-<iteration>/``."""
 _RUN_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
@@ -166,6 +169,7 @@ class MlflowTracker:
         self._sender: BackgroundSender | None = None
         self._uploader: JournalUploader | None = None
         self._last_flush = -math.inf  # the first call sends at once
+        self._delete_checkpoints = True  # off once the artifact store says it cannot delete
 
     @property
     def sent_values(self) -> int:
@@ -335,9 +339,45 @@ class MlflowTracker:
         except Exception as error:
             log.warning("could not log artifact %s to %s: %s", path, self.uri, one_line(error))
 
-    def log_checkpoint(self, checkpoint_path: str | Path) -> None:
-        """Log a checkpoint folder's files under ``checkpoints/<folder name>/``."""
-        self.log_artifacts(checkpoint_path, f"checkpoints/{Path(checkpoint_path).name}")
+    def log_checkpoint(self, checkpoint_path: str | Path, kept: Collection[str] | None = None) -> None:
+        """Log a checkpoint folder's files under ``checkpoints/<folder name>/``; keep what the session keeps.
+
+        Args:
+            checkpoint_path: the local checkpoint folder (or a local copy of one on object storage).
+            kept: the names of the checkpoint folders the session keeps after its retention
+                (``checkpoint-<iteration>``); the run's other ``checkpoints/`` artifacts are deleted,
+                so MLflow holds the same checkpoints as the session. None keeps every one.
+        """
+        name = Path(checkpoint_path).name
+        self.log_artifacts(checkpoint_path, f"{CHECKPOINT_ARTIFACTS}/{name}")
+        if kept is not None and self._sender is not None and self._delete_checkpoints:
+            self._drop_checkpoints({*kept, name})
+
+    def _drop_checkpoints(self, kept: set[str]) -> None:
+        """Delete the run's ``checkpoints/<name>`` artifacts whose name is not in ``kept``.
+
+        A store whose artifact repository cannot delete (MLflow raises NotImplementedError) keeps
+        every checkpoint: one warning, and no more tries in this run.
+        """
+        try:
+            logged = self._client.list_artifacts(self.run_id, CHECKPOINT_ARTIFACTS)
+            dropped = [f.path for f in logged if f.is_dir and Path(f.path).name not in kept]
+            if not dropped:
+                return
+            repository = get_artifact_repository(
+                self._client.get_run(self.run_id).info.artifact_uri, tracking_uri=self.uri
+            )
+            for path in dropped:
+                repository.delete_artifacts(path)
+                log.debug("deleted the artifacts %s of run %s (the session removed it)", path, self.run_id)
+        except NotImplementedError:
+            self._delete_checkpoints = False
+            log.warning(
+                "the artifact store of MLflow run %s cannot delete; it keeps every checkpoint logged",
+                self.run_id,
+            )
+        except Exception as error:  # tried again at the next checkpoint
+            log.warning("could not delete old checkpoints of run %s: %s", self.run_id, one_line(error))
 
     def log_learning_curve(
         self, metrics: Sequence[str] = DEFAULT_CURVE_METRICS, filename: str = "learning_curve.png"

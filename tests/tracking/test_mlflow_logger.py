@@ -84,6 +84,32 @@ def test_short_run_arrives_complete(store: str, session_dir: Path, make_params) 
     assert torch.equal(torch.load(local, weights_only=True)["w"], torch.zeros(3))
 
 
+def test_mlflow_keeps_the_checkpoints_the_session_keeps(store: str, tmp_path: Path) -> None:
+    # the session keeps the newest three and the best (iteration 1); MLflow follows it
+    tracker = MlflowTracker(_experiment(), tracking_uri=store, asynchronous=False)
+    run_id = tracker.start({}, {})
+    kept: list[str] = []
+    for iteration in range(1, 7):
+        folder = tmp_path / f"checkpoint-{iteration}"
+        folder.mkdir()
+        (folder / "states.pt").write_bytes(bytes([iteration]) * 10)
+        kept = [f"checkpoint-{i}" for i in sorted({1, *range(max(1, iteration - 2), iteration + 1)})]
+        tracker.log_checkpoint(folder, kept)
+    tracker.finish()
+    client = MlflowClient(store)
+    assert sorted(Path(f.path).name for f in client.list_artifacts(run_id, "checkpoints")) == kept
+    assert kept == ["checkpoint-1", "checkpoint-4", "checkpoint-5", "checkpoint-6"]
+    local = client.download_artifacts(run_id, "checkpoints/checkpoint-5/states.pt", str(tmp_path / "down"))
+    assert Path(local).read_bytes() == bytes([5]) * 10
+
+    untrimmed = MlflowTracker(_experiment(), tracking_uri=store, asynchronous=False)  # retention off
+    other = untrimmed.start({}, {})
+    for iteration in (1, 2):
+        untrimmed.log_checkpoint(tmp_path / f"checkpoint-{iteration}")
+    untrimmed.finish()
+    assert len(client.list_artifacts(other, "checkpoints")) == 2
+
+
 def test_resumed_run_logs_each_step_once(store: str, session_dir: Path, make_params) -> None:
     params, cpanel = make_params()
     experiment = _experiment()
