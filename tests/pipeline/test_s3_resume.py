@@ -21,7 +21,7 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.pipeline.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE
+from digideep.pipeline.lease import LEASE_FILE
 from digideep.pipeline.session import LEASE_TTL_VARIABLE
 from digideep.utility.location import Location
 from tests.conftest import REPO
@@ -35,12 +35,6 @@ from tests.pipeline.test_resume import (
     run,
     train_command,
 )
-
-
-def wait_out_lease(session_url: str) -> None:
-    """Sleep until the lease a killed process left on ``session_url`` may be taken over."""
-    record = Location(f"{session_url}/{LEASE_FILE}").read_json()
-    time.sleep(max(0.0, float(record["expires"]) + DEFAULT_CLOCK_SKEW + 0.5 - time.time()))
 
 
 def kill_after_s3_checkpoints(
@@ -96,11 +90,16 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
         second = tmp_path / "second"
         second.mkdir()
     env = {**base, "PREFECT_HOME": str(second / "prefect")}
-    wait_out_lease(f"{url}/killed")  # the killed process held it; a new one may take it once it expired
-    resumed = subprocess.run(
+    dead = Location(f"{url}/killed/{LEASE_FILE}").read_json()  # the killed process's lease, not expired
+    resumed = subprocess.run(  # right away: the killed holder is proven dead on this machine
         resume_command(url, "killed"), cwd=second, env=env, capture_output=True, text=True, timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    took_over = (
+        f"took over the session lease {url}/killed/{LEASE_FILE} of host {dead['host']} (flow run none, "
+        f"pid {dead['pid']}): that process no longer runs on this machine"
+    )
+    assert took_over in resumed.stderr, resumed.stderr[-3000:]
     assert f"from {newest.path}" in resumed.stderr, resumed.stderr[-3000:]
     assert Location(f"{url}/killed/done.json").exists()
 
