@@ -1,8 +1,9 @@
 """The policy as an MLflow model: logged when a run finishes, registered, loaded without digideep.
 
 A real training run (a subprocess, real MLflow sqlite store) with an observation normaliser; its
-model is loaded in a fresh interpreter that has neither digideep nor Prefect on its path and must
-return exactly the actions the checkpoint's agent takes; the TorchScript file too.
+models are MLflow 3 logged models of the run, loaded in a fresh interpreter that has neither
+digideep nor Prefect on its path, which must return exactly the actions the checkpoint's agent
+takes; the TorchScript file too. A session on S3 (moto) gets its models logged as well.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pytest
+import torch
 from mlflow import MlflowClient
 
 from digideep.errors import UsageError
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
+from digideep.tracking.model import build_policy
 from digideep.tracking.runs import main_runs
+from digideep.utility.location import Location
 from tests.pipeline.test_resume import run, train_command
 
 TINY = {"number_epochs": 2, "epoch_size": 1, "n_steps": 50, "learning_starts": 50, "batch_size": 32,
@@ -138,3 +143,26 @@ def test_the_logged_model_acts_as_the_checkpoint_without_digideep_or_prefect(tmp
         with pytest.raises(UsageError, match=message) as raised:
             main_runs(argv, out=out)
         assert "\n" not in str(raised.value)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_model_of_a_session_on_s3_reaches_mlflow(run_env, s3_env, s3_bucket, monkeypatch) -> None:
+    # the checkpoint was once read as Path("s3://...") == "s3:/...": S3 sessions logged no model
+    url = f"s3://{s3_bucket}/sessions"
+    run(train_command(url, "s", "params.pendulum_sac", TINY), {**run_env, **s3_env})
+    run_id = Location(f"{url}/s/session.json").read_json()["mlflow_run_id"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run_env["MLFLOW_TRACKING_URI"])
+    client = MlflowClient()
+    experiment_id = client.get_run(run_id).info.experiment_id
+    models = client.search_logged_models([experiment_id], f"source_run_id = '{run_id}'")
+    assert sorted((m.name, str(m.status)) for m in models) == [("best_model", "READY"), ("model", "READY")]
+    final = next(m for m in models if m.name == "model")
+    checkpoint = f"{url}/s/checkpoints/checkpoint-2"
+    assert final.tags["digideep.checkpoint"] == checkpoint
+
+    obs = np.random.default_rng(1).normal(size=(16, 3)).astype(np.float32)
+    module, _ = build_policy(checkpoint)
+    with torch.inference_mode():
+        expected = module(torch.from_numpy(obs)).numpy()
+    loaded = mlflow.pyfunc.load_model(f"models:/{final.model_id}").predict(obs)
+    np.testing.assert_array_equal(loaded, expected)
