@@ -206,12 +206,17 @@ def test_an_sb3_cell_without_sb3_is_refused_naming_the_extra(monkeypatch):
 # the tiny matrix's cells: 150 frames (3 evaluations of one episode), learning after 50 frames
 TINY = {"epoch_size": 1, "n_steps": 50, "learning_starts": 50, "batch_size": 16, "hidden_sizes": [16, 16],
         "buffer_size": 1000, "save_interval": 1, "test_win_size": 1}  # fmt: skip
-ALGORITHMS = ["params.pendulum_sac", "params.pendulum_td3"]
+ALGORITHMS = ["tests.flows.faulty_cell", "params.pendulum_td3"]  # SAC, whose seed-1 cells fail once
 ENVS = ["Pendulum-v1", "MountainCarContinuous-v0"]
 
 
 @pytest.fixture(scope="module")
-def bench_stack(tmp_path_factory, mlflow_uri):
+def fault_markers(tmp_path_factory):
+    return tmp_path_factory.mktemp("benchmark-faults")
+
+
+@pytest.fixture(scope="module")
+def bench_stack(tmp_path_factory, mlflow_uri, fault_markers):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from digideep_stack.local_stack import LocalStack
@@ -225,6 +230,7 @@ def bench_stack(tmp_path_factory, mlflow_uri):
             "MLFLOW_TRACKING_URI": mlflow_uri,
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PYTHONHASHSEED": "0",
+            "DIGIDEEP_BENCHMARK_TEST_DIR": str(fault_markers),
         },
     )
     try:
@@ -247,7 +253,7 @@ def bench_stack(tmp_path_factory, mlflow_uri):
     ],
 )
 def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
-    bench_stack, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
+    bench_stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
 ):
     from digideep.tracking import benchmarks
     from tests.flows.test_train_flow import wait
@@ -261,6 +267,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
         for s in seeds
     ]
     monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    monkeypatch.setenv("DIGIDEEP_BENCHMARK_TEST_DIR", str(fault_markers))  # the CLI checks the matrix here
     argv = ["benchmark", "--params", *algorithms, "--env", *envs, "--seeds", *map(str, seeds), "--frames", "150",
             "--eval-interval", "50", "--eval-episodes", "1", "--cpanel", json.dumps(TINY), "--name", name,
             "--session-path", str(sessions)]  # fmt: skip
@@ -299,6 +306,13 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     # one session, one train flow run per cell: nothing ran twice
     infos = [json.loads(p.read_text()) for p in sessions.glob("*/session.json")]
     assert len(infos) == len(cells) and len({i["prefect_flow_run_id"] for i in infos}) == len(cells)
+    # the SAC seed-1 cells failed once each and, retried as the same flow run, resumed their checkpoint
+    for env in envs:
+        assert (fault_markers / f"{env}-seed-1-fault").exists()
+        cell = {"algorithm": ALGORITHMS[0], "env": env, "seed": 1, "variant": "default"}
+        (run,) = benchmarks.cell_runs(client, name, cell)
+        session = Path(run.data.tags["digideep.session_path"])
+        assert "resuming session" in (session / "log.txt").read_text()
 
 
 WORKER_DONE = "prefect.flow_runs.worker - Check whether the flow run exceeded its memory allocation"
