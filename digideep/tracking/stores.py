@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -56,7 +56,7 @@ def create_sqlite_store(path: Path, build: Callable[[str], None]) -> bool:
             _fsync(path.parent)
         finally:
             temporary.unlink(missing_ok=True)
-    log.debug("created the store %s", path)
+    log.info("created the store %s", path)
     return True
 
 
@@ -78,7 +78,9 @@ def create_optuna_store(path: Path) -> bool:
 def _build_mlflow(url: str, artifact_root: str) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    store = SqlAlchemyStore(url, artifact_root)  # runs every migration, adds the Default experiment
+    # MLflow's two INFO lines on creating tables say what digideep's own line says, once
+    with _quiet_logger("mlflow.store.db.utils"):
+        store = SqlAlchemyStore(url, artifact_root)  # runs every migration, adds the Default experiment
     store.engine.dispose()
     # SqlAlchemyStore keeps one engine per URI for the process; this URI is never opened again
     with contextlib.suppress(AttributeError):
@@ -89,6 +91,18 @@ def _build_optuna(url: str) -> None:
     import optuna
 
     optuna.storages.RDBStorage(url).engine.dispose()
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Raise logger ``name`` to WARNING for the block."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _fsync(path: Path) -> None:
