@@ -10,7 +10,8 @@ At the start of a retry, :func:`recover_killed_attempt`
 - sends the lines of ``log.txt`` after the last one Prefect holds (at most :data:`TAIL_LINES`) to
   the retry's flow-run log, each prefixed with :data:`KILLED_PREFIX`.
 
-A retry after an ordinary failure finds nothing to do: its task runs ended and its log was sent.
+A retry after an ordinary failure (the previous attempt ended Failed, not Crashed) finds nothing to
+do: its process ended its task runs and sent its log before it exited.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ RECENT_LOGS = 200
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \w+\s+(\S+): (.*)$")
 """A record's first line in ``log.txt`` (:data:`digideep.pipeline.session.LOG_FORMAT`)."""
 UNFINISHED = [StateType.RUNNING, StateType.PENDING]
+FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 
 
 def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, logger: Any) -> None:
@@ -57,6 +59,8 @@ def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, lo
         logger: the flow run's logger (:func:`prefect.get_run_logger`).
     """
     with get_client(sync_client=True) as client:
+        if not previous_attempt_crashed(client, flow_run_id):
+            return
         crashed = crash_unfinished_task_runs(client, flow_run_id, attempt)
         held = client.read_logs(
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
@@ -79,6 +83,13 @@ def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, lo
         )
         for line in tail:
             logger.info("%s%s", KILLED_PREFIX, line)
+
+
+def previous_attempt_crashed(client: Any, flow_run_id: str) -> bool:
+    """Whether the flow run's newest final state is Crashed (its process died without reporting)."""
+    states = sorted(client.read_flow_run_states(flow_run_id), key=lambda state: state.timestamp)
+    final = [state for state in states if state.type in FINAL]
+    return bool(final) and final[-1].type == StateType.CRASHED
 
 
 def crash_unfinished_task_runs(client: Any, flow_run_id: str, attempt: int) -> list[str]:
@@ -131,5 +142,7 @@ def unsent_tail(lines: list[str], held: Iterable[tuple[str, str]], limit: int = 
         match = LOG_LINE.match(lines[index])
         if match and (match.group(1), match.group(2)) in known:
             start = index + 1
+            while start < len(lines) and not LOG_LINE.match(lines[start]):
+                start += 1  # the held record's own further lines (a traceback): Prefect has them
             break
     return lines[start:][-limit:]

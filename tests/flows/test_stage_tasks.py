@@ -12,8 +12,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from digideep.errors import UsageError
+from flows.recovery import KILLED_PREFIX
 from flows.train import STAGE_TASKS, stage_timeouts
-from tests.flows.test_train_flow import flow_run_name, stack, start, wait  # noqa: F401 (stack: fixture)
+from tests.flows.test_train_flow import flow_run_logs, flow_run_name, stack, start, wait  # noqa: F401 (stack)
 
 STAGES = {"explore", "store", "sample", "update", "test", "log", "checkpoint"}
 
@@ -46,6 +47,8 @@ def test_a_hung_stage_fails_its_task_and_the_run_and_a_retry_resumes_it(stack, t
     session = sessions / f"{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
     assert "resuming session" in (session / "log.txt").read_text()
     assert (session / "done.json").exists()
+    # a failure, not a kill: the failed attempt sent its whole log, the retry sends none of it again
+    assert not [m for m in flow_run_logs(flow_run_id) if m.startswith(KILLED_PREFIX)]
 
     task_runs = task_runs_of(flow_run_id)
     assert {task_of(t) for t in task_runs} == STAGES
