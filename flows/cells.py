@@ -70,14 +70,8 @@ def ended_runs(
 
 
 def experiment_id(client: Any, name: str, artifact_location: str | None) -> str:
-    """The id of MLflow experiment ``name``, created when missing (by another process meanwhile too)."""
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location)
-    except Exception:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    """The id of MLflow experiment ``name``, created when missing (by another process meanwhile too),
+    tagged to open in MLflow's training view as the tracker's experiments are."""
+    from digideep.tracking.naming import open_experiment
+
+    return open_experiment(client, name, artifact_location)
