@@ -129,6 +129,25 @@ def wait_out_the_lease(url: str) -> None:
     time.sleep(max(0.0, float(record["expires"]) + 10.5 - time.time()))
 
 
+def assert_tidied_after_the_kill(run_id: str, last_line: str) -> None:
+    """No task run of the retried run is left Running, and the killed attempt's last line is in its logs.
+
+    The line is there as Prefect got it from the killed attempt, or sent by the retry from ``log.txt``.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+
+    from flows.recovery import KILLED_PREFIX, LOG_LINE
+
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+    unfinished = [t.name for t in task_runs if t.state.type.value in ("RUNNING", "PENDING")]
+    assert not unfinished, f"task runs left unfinished after the retry: {unfinished}"
+    message = LOG_LINE.match(last_line).group(2)
+    assert {message, f"{KILLED_PREFIX}{last_line}"} & {log.message for log in logs}, last_line
+
+
 def dead_host_scenario(
     cluster: Cluster, env: dict[str, str], tmp_path: Path, kill: Callable[[str], None], while_running=None
 ) -> None:
@@ -161,10 +180,12 @@ def dead_host_scenario(
 
     message = mark_crashed_when_silent(run_id, cluster.watcher_bound)
     assert "heartbeat" in message
+    last_line = Location(f"{url}/log.txt").read_text().splitlines()[-1]  # as the bucket has it
     wait_out_the_lease(url)
     retry(run_id, env)
     final = wait_for(lambda: (s := state_of(run_id)) in FINAL and s, 400, "the retried run's end")
     assert final == "COMPLETED", (cluster.folder / other / "worker.log").read_text()[-3000:]
+    assert_tidied_after_the_kill(run_id, last_line)
     assert name in sessions_run_by(cluster, other)
     assert "resuming session" in Location(f"{url}/log.txt").read_text()
     worker.join()
