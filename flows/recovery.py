@@ -16,11 +16,11 @@ do: its process ended its task runs and sent its log before it exited.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
@@ -45,12 +45,17 @@ RECENT_LOGS = 200
 """Newest flow-run log records read to find the last line Prefect holds (the API's page size)."""
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \w+\s+(\S+): (.*)$")
 """A record's first line in ``log.txt`` (:data:`digideep.pipeline.session.LOG_FORMAT`)."""
+RunLogger = logging.Logger | logging.LoggerAdapter
+"""What :func:`prefect.get_run_logger` returns."""
 UNFINISHED = [StateType.RUNNING, StateType.PENDING]
 FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 
 
-def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, logger: Any) -> None:
+def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, logger: RunLogger) -> None:
     """Crash the task runs a killed attempt left running and send its unsent log tail.
+
+    Best effort: the retry's work is to resume the training, so a server or store that fails here
+    costs a warning, not the retry.
 
     Args:
         flow_run_id: the flow run being retried.
@@ -58,6 +63,13 @@ def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, lo
         attempt: this attempt's number (``flow_run.run_count``), for the messages.
         logger: the flow run's logger (:func:`prefect.get_run_logger`).
     """
+    try:
+        _recover(flow_run_id, session, attempt, logger)
+    except Exception as error:  # whatever failed, the retry goes on
+        logger.warning("could not tidy up after the previous attempt (%s); resuming anyway", error)
+
+
+def _recover(flow_run_id: str, session: Location, attempt: int, logger: RunLogger) -> None:
     with get_client(sync_client=True) as client:
         if not previous_attempt_crashed(client, flow_run_id):
             return
@@ -85,14 +97,14 @@ def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, lo
             logger.info("%s%s", KILLED_PREFIX, line)
 
 
-def previous_attempt_crashed(client: Any, flow_run_id: str) -> bool:
+def previous_attempt_crashed(client: SyncPrefectClient, flow_run_id: str) -> bool:
     """Whether the flow run's newest final state is Crashed (its process died without reporting)."""
     states = sorted(client.read_flow_run_states(flow_run_id), key=lambda state: state.timestamp)
     final = [state for state in states if state.type in FINAL]
     return bool(final) and final[-1].type == StateType.CRASHED
 
 
-def crash_unfinished_task_runs(client: Any, flow_run_id: str, attempt: int) -> list[str]:
+def crash_unfinished_task_runs(client: SyncPrefectClient, flow_run_id: str, attempt: int) -> list[str]:
     """Set the flow run's Running and Pending task runs Crashed; their names.
 
     Called before the retry starts a task, so every such task run is the killed attempt's.
