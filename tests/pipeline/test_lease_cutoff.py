@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -183,7 +184,9 @@ def test_a_host_cut_off_from_the_store_writes_nothing_beside_the_host_that_took_
                 timeout=300,
             )
             assert resumed.returncode == 0, resumed.stderr[-3000:]
-            assert "took over the expired session lease" in resumed.stderr, resumed.stderr[-3000:]
+            # A stopped itself when its lease ran out, so B finds it dead on this machine (or expired)
+            took_over = re.search(r"took over the (expired )?session lease", resumed.stderr)
+            assert took_over, resumed.stderr[-3000:]
             after_b = objects(s3, s3_bucket)
 
             proxy.restore()  # A reaches the store again
