@@ -1,229 +1,277 @@
-"""Fault injection: N runs killed with SIGKILL at random moments, resumed, and compared with a run never stopped.
+"""Fault injection: N trials of a session struck by a fault, resumed, and compared with a run never stopped.
 
-    .venv/bin/python bench/bench_faults.py --n 10     # about a minute per run on the 2-core machine
-    .venv/bin/python bench/bench_faults.py --n 50
+    .venv/bin/python bench/bench_faults.py --n 22            # every kind twice, the plain loop
+    .venv/bin/python bench/bench_faults.py --flow --n 11     # the same on the Prefect path
+    .venv/bin/python bench/bench_faults.py --quick           # 2 trials of 2 kinds
+    .venv/bin/python bench/bench_faults.py --kinds store,ctrl-c --n 4 --keep
 
 Setup: ``params/pendulum_sac.py`` with a small cpanel (6 epochs of 2 iterations of 25 steps, a
-checkpoint every epoch, a replay ring of 70 frames that wraps), real subprocesses
-(``python -m digideep.main --no-prefect``) tracking to a real ``mlflow server`` subprocess on
-127.0.0.1. One uninterrupted run is the reference. Then each of the N runs is killed where its
-index says, resumed (``--resume``) until it finishes, and compared:
+checkpoint every epoch, a replay ring of 70 frames that wraps), real subprocesses tracking to a real
+``mlflow server`` on 127.0.0.1: ``python -m digideep.main --no-prefect`` (the plain loop), or with
+``--flow`` ``digideep train`` / ``digideep resume`` through the CLI's Prefect flow and its temporary
+server. One uninterrupted run of the same path is the reference. Trial ``i`` gets kind ``i`` modulo
+the kinds, in this order:
 
-* ``random``: SIGKILL at a random moment: up to 1.5 s after a random journal record (iterations);
-* ``checkpoint``: SIGKILL as soon as a checkpoint is being written (its folder holds the ``.saving`` mark but no commit record yet), or
-  right after one committed, the first, second or third of them;
-* ``journal``: SIGKILL right after the metrics journal grew (a log or a checkpoint's record, while
-  the tracker's thread sends and flushes);
-* ``resume``: a random kill, then the resume itself killed at a random moment, then resumed again;
+* ``random``: SIGKILL up to 1.5 s after a random journal record (a random moment of an iteration);
+* ``checkpoint``: SIGKILL while the first, second or third checkpoint is written, or once committed;
+* ``journal``: SIGKILL right after the metrics journal grew;
+* ``resume``: a random kill, then the resume itself killed at a random moment;
 * ``finished``: SIGKILL right after ``done.json`` appears (before the MLflow run is ended);
-* every fifth run also has the MLflow server SIGKILLed mid-run and restarted a few seconds later.
+* ``store``: a fresh data root and no ``MLFLOW_TRACKING_URI``: SIGKILL 0-0.5 s after the embedded
+  MLflow store began to be built; every other one, the Optuna store as the tune flow opens it;
+* ``ctrl-c`` / ``sigterm``: SIGINT / SIGTERM to the process group at a random moment; the run must
+  exit within 60 s with 130 / 143 (0 if it had finished), no traceback;
+* ``s3-outage``: the session on ``s3://`` (moto behind an endpoint of the benchmark's own), the store
+  down for about 20 s at a random moment and back on the same port;
+* ``damaged-chunk`` / ``damaged-checkpoint``: SIGKILL after a random checkpoint, then the lowest bit
+  of a random float of a memory chunk / a random byte of the newest checkpoint's ``states.pt``
+  flipped (every other damaged checkpoint with a 1000-frame ring, so that falling back can work).
 
-Compared with the reference: the agents' networks and optimizers, the memory contents and
-pointers, the counters, and the MLflow history of every metric: the same steps once each and the
-same values, except ``time/``, ``system/`` and ``charts/frames_per_second`` whose values differ
-between runs by nature (their presence is compared: once per step, at the same steps for
-``time/``). The run must end FINISHED. Prints "N/N identical" and, for a run that differs, why.
+In the second round of kinds (trials 12 to 16, 34 to 38, ...) the MLflow server is also SIGKILLed
+mid-run and restarted a few seconds later (the five SIGKILL kinds only). Each trial is then
+resumed until it finishes and judged (:mod:`bench.faults.verdict`): ``identical`` to the reference
+(agents, explorers, RNGs, memory pointers and bytes, counters, the MLflow run FINISHED with every
+metric at the same steps with the same values); ``refused in one line`` (a non-zero exit, exactly one
+``digideep: error:`` line, no traceback, and the session's files untouched by the refusal); or
+``DIFFERENT`` with why. Prints a line per trial, the counts per kind, the goal line and the CPU line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
-import subprocess
+import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
-from digideep.pipeline.checkpoint import COMMIT_FILE, SAVING_MARK  # noqa: E402
-from tests.helpers import assert_same_tensors  # noqa: E402
-from tests.pipeline.test_resume import (  # noqa: E402
-    SMALL_SAC,
-    assert_same_histories,
-    final_state,
-    metric_histories,
-    resume_command,
-    train_command,
-)
+from bench.common import machine  # noqa: E402
+from bench.faults import kinds  # noqa: E402
+from bench.faults.run import Driver, Ended, run_id_of, run_to_end  # noqa: E402
+from bench.faults.trial import Outcome, judge, optuna_store_trial, run_optuna_script  # noqa: E402
+from bench.faults.verdict import DIFFERENT, IDENTICAL, REFUSED, Final, final_of  # noqa: E402
+from tests.s3 import StoreOutage, moto_server  # noqa: E402
 from tests.tracking.conftest import free_port, start_mlflow_server, stop_mlflow_server  # noqa: E402
 
-CPANEL = {**SMALL_SAC, "number_epochs": 6}
-PARAMS = "params.pendulum_sac"
-KINDS = ("random", "checkpoint", "journal", "resume", "finished")
+CPANEL = {
+    "number_epochs": 6, "epoch_size": 2, "n_steps": 25, "learning_starts": 25, "batch_size": 32,
+    "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 2, "test_episodes": 1,
+    "buffer_size": 70,  # frames: the ring wraps (and splits a chunk) before most kills
+}  # fmt: skip
+WHOLE_RING = {"buffer_size": 1000}  # 300 frames in all: every checkpoint's rows survive
+QUICK = {"number_epochs": 3}  # --quick: a run half as long (the test of the benches runs it)
+KINDS = (
+    "random", "checkpoint", "journal", "resume", "finished", "store", "ctrl-c", "sigterm", "s3-outage",
+    "damaged-chunk", "damaged-checkpoint",
+)  # fmt: skip
+SIGKILLS = KINDS[:5]
+QUICK_KINDS = ("ctrl-c", "damaged-chunk")
+VERDICTS = (IDENTICAL, REFUSED, DIFFERENT)
 
 
-def launch(command: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+class Bench:
+    """The benchmark's shared parts: its folder, MLflow server, references and (lazily) S3 server."""
 
-
-def kill_when(process: subprocess.Popen, condition, deadline: float = 300) -> bool:
-    """SIGKILL ``process`` as soon as ``condition()`` holds; False when it ended first."""
-    end = time.monotonic() + deadline
-    while process.poll() is None and time.monotonic() < end:
-        if condition():
-            process.kill()
-            process.wait()
-            return True
-        time.sleep(0.002)
-    process.wait()
-    return False
-
-
-def finish(command: list[str], env: dict) -> None:
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"resume failed: {result.stderr[-2000:]}")
-
-
-def faulted_run(
-    root: Path, name: str, kind: str, wall: float, env: dict, rng: random.Random, server_up=lambda: None
-) -> str:
-    """Train ``name`` with the fault ``kind``, resume it to the end; return where it was killed.
-
-    ``server_up()`` returns once the MLflow server answers (a resume needs it to start).
-    """
-    session = root / name
-    checkpoints, journal = session / "checkpoints", session / "metrics.jsonl"
-    process = launch(train_command(root, name, PARAMS, CPANEL), env)
-    if kind == "checkpoint":
-        nth = rng.randint(1, 3)
-        staging = rng.random() < 0.5
-
-        def condition() -> bool:
-            done = len(list(checkpoints.glob(f"checkpoint-*/{COMMIT_FILE}")))
-            writing = staging and any(checkpoints.glob(f"checkpoint-*/{SAVING_MARK}"))
-            return done >= nth or (done == nth - 1 and writing)
-
-        where = f"checkpoint {nth} ({'while written' if staging else 'committed'})"
-    elif kind == "journal":
-        records = rng.randint(1, 10)
-        where = f"after journal record {records}"
-
-        def condition() -> bool:
-            return journal.exists() and journal.read_bytes().count(b"\n") >= records
-    elif kind == "finished":
-        where = "after done.json"
-
-        def condition() -> bool:
-            return (session / "done.json").exists()
-    else:  # a random moment of training: after a random record, plus up to 1.5 s (iterations)
-        records, delay = rng.randint(1, 10), rng.uniform(0.0, 1.5)
-        where = f"{delay:.2f} s after journal record {records}"
-        seen: list[float] = []
-
-        def condition() -> bool:
-            if not seen and journal.exists() and journal.read_bytes().count(b"\n") >= records:
-                seen.append(time.monotonic())
-            return bool(seen) and time.monotonic() - seen[0] >= delay
-
-    killed = kill_when(process, condition)
-    where = where if killed else where + " (ended first)"
-    server_up()
-    if kind == "resume" and killed and not (session / "done.json").exists():
-        resume = launch(resume_command(root, name), env)
-        delay, start = rng.uniform(0.05, 0.5) * wall, time.monotonic()  # start-up, rebuild, replay
-        if kill_when(resume, lambda: time.monotonic() - start >= delay):
-            where += f", resume killed after {delay:.1f} s"
-    finish(resume_command(root, name), env)
-    return where
-
-
-def compare(root: Path, name: str, reference: dict, client: MlflowClient) -> str | None:
-    """None when ``name`` matches the reference, else what differs."""
-    states, memory = final_state(root, name)
-    try:
-        assert_same_tensors(reference["states"]["agents"], states["agents"], "agents")
-        assert memory["pointers"] == reference["memory"]["pointers"], "memory pointers"
-        for key, values in reference["memory"]["contents"].items():  # NaN (unwritten rows) alike
-            np.testing.assert_array_equal(values, memory["contents"][key], err_msg=f"memory {key}")
-        for counter in ("iteration", "frames", "best_test_return", "best_checkpoint"):
-            assert states["counters"][counter] == reference["states"]["counters"][counter], counter
-        run_id = json.loads((root / name / "session.json").read_text())["mlflow_run_id"]
-        assert client.get_run(run_id).info.status == "FINISHED", "the MLflow run did not end FINISHED"
-        plots = [f.path for f in client.list_artifacts(run_id, "plots")]
-        assert "plots/learning_curve.png" in plots, "no learning curve"
-        assert_same_histories(reference["histories"], metric_histories(client, run_id))
-    except AssertionError as error:
-        return " ".join(str(error).split())[:300] or "differs"
-    return None
-
-
-def outage(port: int, root: Path, holder: list, wall: float, rng: random.Random) -> threading.Thread:
-    """Kill the MLflow server at a random moment of the run and restart it a few seconds later."""
-
-    def work() -> None:
-        time.sleep(rng.uniform(0.2, 0.6) * wall)
-        stop_mlflow_server(holder[0], kill=True)
-        time.sleep(rng.uniform(1.0, 4.0))
-        holder[0] = start_mlflow_server(root, port)
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    return thread
-
-
-def main(n: int = 10, seed: int = 0, out=sys.stdout) -> tuple[int, int]:
-    """Run the benchmark; return ``(identical, n)``."""
-    rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="bench-faults-") as folder:
-        root = Path(folder)
-        port = free_port()
-        holder = [start_mlflow_server(root, port)]
-        uri = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONHASHSEED": "0"}
+    def __init__(
+        self, root: Path, driver: Driver, seed: int, stack: contextlib.ExitStack, cpanel: dict
+    ) -> None:
+        self.cpanel = cpanel
+        self.root, self.driver, self.rng, self.stack = root, driver, random.Random(seed), stack
+        self.logs = root / "logs"
+        self.logs.mkdir()
+        self.port = free_port()
+        (root / "mlflow").mkdir()
+        self.server = [start_mlflow_server(root / "mlflow", self.port)]
+        stack.callback(lambda: stop_mlflow_server(self.server[0]))
+        self.uri = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri, "PYTHONHASHSEED": "0"}
         env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], env["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "0", "5"
-        client = MlflowClient(uri)
-        try:
+        self.env = driver.env(env)
+        self.client = MlflowClient(self.uri)
+        self.references: dict[str, Final] = {}
+        self.wall = 0.0
+        self.s3: tuple[StoreOutage, str] | None = None
+        self.optuna_expected: str | None = None
+
+    def reference(self, cpanel: dict) -> Final:
+        """The run never interrupted with ``cpanel`` on this path (trained once, on first use)."""
+        key = json.dumps(cpanel, sort_keys=True)
+        if key not in self.references:
+            name = f"reference{len(self.references)}"
             started = time.monotonic()
-            finish(train_command(root, "reference", PARAMS, CPANEL), env)
-            wall = time.monotonic() - started
-            states, memory = final_state(root, "reference")
-            run_id = json.loads((root / "reference" / "session.json").read_text())["mlflow_run_id"]
-            reference = {"states": states, "memory": memory, "histories": metric_histories(client, run_id)}
-            out.write(f"reference run: {wall:.1f} s\n")
-            identical = 0
-            for index in range(n):
-                kind = KINDS[index % len(KINDS)]
-                down = outage(port, root, holder, wall, rng) if index % 5 == 4 else None
-                name = f"run{index:03d}"
-                began = time.monotonic()
-                try:
-                    where = faulted_run(root, name, kind, wall, env, rng, down.join if down else lambda: None)
-                    if down is not None:
-                        where += ", MLflow server killed and restarted"
-                        finish(_sync_command(root, name), env)  # what the server missed at the run's end
-                    problem = compare(root, name, reference, client)
-                except Exception as error:  # a resume that failed: report it, go on with the next run
-                    where, problem = "?", f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"
-                identical += problem is None
-                verdict = "identical" if problem is None else f"DIFFERS: {problem}"
-                out.write(f"{name} {kind:10s} killed {where}: {verdict} ({time.monotonic() - began:.0f} s)\n")
-                out.flush()
-        finally:
-            stop_mlflow_server(holder[0])
-    out.write(f"{identical}/{n} identical\n")
-    return identical, n
+            ended = run_to_end(
+                self.driver.train(self.root / "references", name, cpanel), self.env, self.logs / f"{name}.log"
+            )
+            if ended.code != 0:
+                raise RuntimeError(f"the reference run failed: {ended.stderr[-2000:]}")
+            self.wall = self.wall or time.monotonic() - started
+            session = self.root / "references" / name
+            run_id = run_id_of((session / "session.json").read_text())
+            self.references[key] = final_of(session, run_id, self.client)
+        return self.references[key]
+
+    def s3_session_path(self) -> tuple[StoreOutage, str]:
+        """A moto server behind an endpoint that can go down, and a bucket's sessions URL."""
+        if self.s3 is None:
+            server = self.stack.enter_context(contextlib.contextmanager(moto_server)(self.logs / "moto.log"))
+            os.environ.update(server.env)  # this process reads the sessions back straight from moto
+            outage = StoreOutage(server)
+            self.stack.callback(outage.close)
+            self.s3 = outage, f"s3://{server.make_bucket()}/sessions"
+        return self.s3
+
+    def mlflow_outage(self) -> threading.Thread:
+        """Kill the MLflow server at a random moment of the trial and restart it a few seconds later."""
+        pause, down = self.rng.uniform(0.2, 0.6) * self.wall, self.rng.uniform(1.0, 4.0)
+
+        def work() -> None:
+            time.sleep(pause)
+            stop_mlflow_server(self.server[0], kill=True)
+            time.sleep(down)
+            self.server[0] = start_mlflow_server(self.root / "mlflow", self.port)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        return thread
+
+    def trial(self, index: int, kind: str, second: bool) -> Outcome:
+        """Run trial ``index`` of ``kind`` (``second``: of an odd round of the kinds, which varies its
+        setting); a trial that breaks the benchmark itself is DIFFERENT."""
+        name = f"t{index:03d}-{kind}"
+        folder = self.root / name
+        cpanel = {**self.cpanel, **WHOLE_RING} if kind == "damaged-checkpoint" and second else self.cpanel
+        trial = kinds.Trial(
+            folder / "sessions", name, self.driver, self.env, cpanel, self.wall, self.rng, self.logs
+        )
+        try:
+            reference = self.reference(cpanel)
+            trial.wall = self.wall
+            if kind == "store" and second:
+                if self.optuna_expected is None:
+                    self.optuna_expected = run_optuna_script(
+                        self.root / "optuna-fresh", self.env, self.logs / "optuna-fresh.log"
+                    )[1]
+                return optuna_store_trial(folder, trial, self.optuna_expected)
+            client = self.client
+            if kind == "store":
+                trial.env = {k: v for k, v in self.env.items() if k != "MLFLOW_TRACKING_URI"}
+                client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+            elif kind == "s3-outage":
+                outage, url = self.s3_session_path()
+                trial.root, trial.cwd = url, folder
+                trial.env = {**self.env, **outage.env, "PYTHONPATH": str(REPO)}
+                folder.mkdir()
+            down = self.mlflow_outage() if kind in SIGKILLS and second else None
+            FAULTS[kind](trial)
+            if down is not None:
+                down.join()
+                trial.note(Ended(0, ""), "MLflow server killed and restarted")
+            return judge(trial, kind, reference, client)
+        except Exception as error:  # the benchmark's own failure: report it, go on with the next trial
+            return Outcome(
+                kind, trial.where, DIFFERENT, f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"
+            )
 
 
-def _sync_command(root: Path, name: str) -> list[str]:
-    """``digideep runs sync``: a run whose server was away at its end sends the rest now."""
-    code = "import sys; from digideep.main import cli; sys.exit(cli(sys.argv[1:]))"
-    return [sys.executable, "-c", code, "runs", "sync", name, "--session-path", str(root)]
+FAULTS = {
+    "random": kinds.kill_random,
+    "checkpoint": kinds.kill_at_checkpoint,
+    "journal": kinds.kill_after_journal,
+    "resume": kinds.kill_resume_too,
+    "finished": kinds.kill_finished,
+    "store": kinds.kill_while_store_created,
+    "ctrl-c": kinds.stop_with(signal.SIGINT),
+    "sigterm": kinds.stop_with(signal.SIGTERM),
+    "s3-outage": None,  # needs the bench's outage endpoint: set in main()
+    "damaged-chunk": kinds.damaged(kinds.damage_chunk),
+    "damaged-checkpoint": kinds.damaged(kinds.damage_checkpoint),
+}
+
+
+def main(
+    n: int = 11,
+    seed: int = 0,
+    flow: bool = False,
+    chosen: tuple[str, ...] = KINDS,
+    keep: bool = False,
+    cpanel: dict = CPANEL,
+    out=sys.stdout,
+) -> Counter:
+    """Run ``n`` trials of the ``chosen`` kinds in turn; return the count of each (kind, verdict)."""
+    counts: Counter = Counter()
+    folder = tempfile.mkdtemp(prefix="bench-faults-")
+    with contextlib.ExitStack() as stack:
+        if not keep:
+            stack.callback(shutil.rmtree, folder, True)
+        bench = Bench(Path(folder), Driver(flow, Path(folder) / "prefect"), seed, stack, cpanel)
+        FAULTS["s3-outage"] = lambda trial: kinds.s3_outage(bench.s3_session_path()[0])(trial)
+        path = (
+            "the Prefect path (digideep train, its temporary server)"
+            if flow
+            else "the plain loop (--no-prefect)"
+        )
+        out.write(f"{n} trials on {path}, kinds {', '.join(chosen)}; folder {folder}\n")
+        for index in range(n):
+            kind = chosen[index % len(chosen)]
+            began = time.monotonic()
+            if index == 0:
+                bench.reference(bench.cpanel)
+                out.write(f"reference run: {bench.wall:.1f} s\n")
+            outcome = bench.trial(index, kind, second=index // len(chosen) % 2 == 1)
+            counts[kind, outcome.verdict] += 1
+            why = f": {outcome.why}" if outcome.why and outcome.verdict != IDENTICAL else ""
+            out.write(
+                f"t{index:03d} {kind:18s} {outcome.where}: {outcome.verdict}{why} ({time.monotonic() - began:.0f} s)\n"
+            )
+            out.flush()
+    summary(counts, chosen, n, out)
+    out.write(f"{machine()}\n")
+    return counts
+
+
+def summary(counts: Counter, chosen: tuple[str, ...], n: int, out) -> None:
+    """Counts per kind and verdict, then the goal line."""
+    out.write(f"{'kind':18s} {'identical':>9s} {'refused':>8s} {'DIFFERENT':>9s}\n")
+    for kind in chosen:
+        row = [counts[kind, verdict] for verdict in VERDICTS]
+        if sum(row):
+            out.write(f"{kind:18s} {row[0]:9d} {row[1]:8d} {row[2]:9d}\n")
+    different = sum(counts[kind, DIFFERENT] for kind in chosen)
+    identical, refused = (sum(counts[kind, v] for kind in chosen) for v in (IDENTICAL, REFUSED))
+    met = "met" if different == 0 else f"NOT met ({different} DIFFERENT)"
+    out.write(
+        f"goal, every trial identical or refused in one line with nothing lost: {met}; "
+        f"{identical} identical, {refused} refused in one line, {different} DIFFERENT of {n}\n"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10, help="faulted runs (default: %(default)s)")
+    parser.add_argument(
+        "--n", type=int, default=len(KINDS), help="trials (default: %(default)s, each kind once)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    parser.add_argument("--flow", action="store_true", help="the Prefect path: digideep train/resume")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds (default: all)")
+    parser.add_argument("--keep", action="store_true", help="keep the folder (sessions, logs) to inspect")
+    parser.add_argument("--quick", action="store_true", help=f"2 trials: {' and '.join(QUICK_KINDS)}")
     args = parser.parse_args()
-    identical, n = main(args.n, args.seed)
-    sys.exit(0 if identical == n else 1)
+    chosen = QUICK_KINDS if args.quick else tuple(args.kinds.split(","))
+    unknown = [kind for kind in chosen if kind not in KINDS]
+    if unknown:
+        parser.error(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
+    cpanel = {**CPANEL, **QUICK} if args.quick else CPANEL
+    counts = main(2 if args.quick else args.n, args.seed, args.flow, chosen, args.keep, cpanel)
+    sys.exit(0 if not any(verdict == DIFFERENT for _, verdict in counts) else 1)
