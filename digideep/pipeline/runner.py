@@ -66,7 +66,7 @@ class Runner(RunnerStateMixin):
     Args:
         session: the run's Session.
         params: the resolved params tree (see ``params/*.py``).
-        tracker: optional experiment tracker with ``flush(force)``, ``log_checkpoint(path)`` and
+        tracker: optional experiment tracker with ``flush(force)``, ``log_checkpoint(path, kept)`` and
             ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
         journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
