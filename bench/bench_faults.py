@@ -96,7 +96,7 @@ class Bench:
         self.server = [start_mlflow_server(root / "mlflow", self.port)]
         stack.callback(lambda: stop_mlflow_server(self.server[0]))
         self.uri = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri, "PYTHONHASHSEED": "0"}
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri, "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)}
         env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], env["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "0", "5"
         self.env = driver.env(env)
         self.client = MlflowClient(self.uri)
@@ -164,10 +164,10 @@ class Bench:
                         self.root / "optuna-fresh", self.env, self.logs / "optuna-fresh.log"
                     )[1]
                 return optuna_store_trial(folder, trial, self.optuna_expected)
-            client = self.client
+            client = lambda: self.client  # noqa: E731
             if kind == "store":
                 trial.env = {k: v for k, v in self.env.items() if k != "MLFLOW_TRACKING_URI"}
-                client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+                client = lambda: MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")  # noqa: E731
             elif kind == "s3-outage":
                 outage, url = self.s3_session_path()
                 trial.root, trial.cwd = url, folder

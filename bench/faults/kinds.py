@@ -156,6 +156,8 @@ def stop_with(signum: int) -> Callable[[Trial], None]:
             trial.stop_steps.add(int(stopped.group(1)) * trial.cpanel["n_steps"])
         if "Traceback" in ended.stderr or seconds >= STOP_BOUND:
             trial.problem = f"the stop: {ended.last_line()}"
+        elif ended.code == -signum and (trial.session / "done.json").exists():
+            trial.where += " (the signal ended it after training, with no line)"
         elif ended.code not in (0, 128 + signum) or (
             ended.code == 0 and not (trial.session / "done.json").exists()
         ):

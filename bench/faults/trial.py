@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,12 @@ class Outcome:
     why: str = ""
 
 
-def judge(trial: Trial, kind: str, reference: Final, client: MlflowClient) -> Outcome:
-    """Resume ``trial``'s session until it finishes (or a resume refuses), then compare it."""
+def judge(trial: Trial, kind: str, reference: Final, client: Callable[[], MlflowClient]) -> Outcome:
+    """Resume ``trial``'s session until it finishes (or a resume refuses), then compare it.
+
+    ``client()`` opens its MLflow store once the run is over (an embedded store opened earlier would be
+    created by the benchmark, not by the run).
+    """
     if trial.problem:
         return Outcome(kind, trial.where, DIFFERENT, trial.problem)
     session = Location(f"{trial.root}/{trial.name}")
@@ -65,7 +70,7 @@ def judge(trial: Trial, kind: str, reference: Final, client: MlflowClient) -> Ou
         return Outcome(kind, trial.where, DIFFERENT, f"not finished after {RESUMES} resumes")
     try:
         run_id = json.loads((session / "session.json").read_text())["mlflow_run_id"]
-        final = final_of(trial.session if local else session.url, run_id, client)
+        final = final_of(trial.session if local else session.url, run_id, client())
         problem = differences(reference, final, trial.stop_steps)
     except Exception as error:  # a session that cannot even be read back
         problem = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"

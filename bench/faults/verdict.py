@@ -76,11 +76,13 @@ def differences(reference: Final, final: Final, stop_steps: set[int]) -> str | N
 
 
 def _untimed(state: Any) -> Any:
-    """``state`` without its wall-clock fields (:data:`WALL_CLOCK`)."""
+    """``state`` without its wall-clock fields (:data:`WALL_CLOCK`), numpy generators as their states."""
     if isinstance(state, dict):
         return {key: _untimed(value) for key, value in state.items() if key not in WALL_CLOCK}
     if isinstance(state, list | tuple):
         return [_untimed(value) for value in state]
+    if isinstance(state, np.random.Generator):  # compared by identity; its stream's state by value
+        return state.bit_generator.state
     return state
 
 
