@@ -21,7 +21,6 @@ shell exports (``PREFECT_API_URL``, ``PREFECT_PROFILE``) still wins over the act
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,8 @@ from prefect.settings import (
     load_profiles,
     temporary_settings,
 )
+
+from digideep.utility.files import atomic_write_text
 
 LOCAL = "digideep-local"
 """The profile of ``make prefect-up``'s server."""
@@ -101,21 +102,9 @@ def _load(path: Path) -> ProfilesCollection:
 
 
 def _save(path: Path, profiles: ProfilesCollection) -> None:
-    """Write the user's profiles (not Prefect's defaults) to ``path``, atomically and owner-only.
-
-    Not :func:`prefect.settings.save_profiles`, which rewrites the file in place, nor
-    :func:`digideep.utility.files.atomic_write_bytes`, which gives the file the umask's permissions:
-    the stack's profile holds its auth string.
-    """
+    """Write the user's profiles (not Prefect's defaults) to ``path``, atomically and owner-only
+    (the stack's profile holds its auth string); not :func:`prefect.settings.save_profiles`, which
+    rewrites the file in place."""
     text = toml.dumps(profiles.without_profile_source(DEFAULT_PROFILES_PATH).to_dict())
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text, mode=0o600)

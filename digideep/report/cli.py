@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from digideep.errors import UsageError
 from digideep.report import DEFAULT_REPS
 from digideep.report.selection import check_criteria
-from digideep.tracking.naming import DEFAULT_DATA_ROOT, data_root_of
+from digideep.tracking.naming import add_store_options, data_root_of
 
 if TYPE_CHECKING:
     from digideep.report.build import Report
@@ -60,20 +60,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: <data-root>/reports/<name>)")
     parser.add_argument("--references", metavar="TOML", help="reference scores (default: the shipped file)")
-    parser.add_argument(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
-    )
-    store = parser.add_mutually_exclusive_group()
-    store.add_argument(
-        "--session-path",
-        metavar="PATH",
-        help="the --session-path the runs trained with: read the embedded store beside it (PATH/../mlflow.db)",
-    )
-    store.add_argument(
-        "--data-root",
-        default=str(DEFAULT_DATA_ROOT),
-        help="folder of the embedded store (default: %(default)s)",
-    )
+    add_store_options(parser)
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(func=command_report)
     return parser

@@ -16,6 +16,7 @@ marker instead of failing, so a params tree of any shape can be logged.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -268,3 +269,21 @@ def experiment_name(params_module: str, cpanel: Mapping[str, Any] | None = None)
     """One experiment per parameter file unless the cpanel names another (key ``"experiment"``)."""
     named = (cpanel or {}).get("experiment")
     return str(named) if named else params_module
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--tracking-uri``, and ``--session-path`` or ``--data-root``: which MLflow store to read."""
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
+    )
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--session-path",
+        metavar="PATH",
+        help="the --session-path the runs trained with: read the embedded store beside it (PATH/../mlflow.db)",
+    )
+    store.add_argument(
+        "--data-root",
+        default=str(DEFAULT_DATA_ROOT),
+        help="folder of the embedded store (default: %(default)s)",
+    )

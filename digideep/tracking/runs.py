@@ -37,6 +37,7 @@ from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
+    add_store_options,
     data_root_of,
     is_http_uri,
     mlflow_key,
@@ -334,20 +335,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         epilog=None if command else SUBCOMMANDS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded store)"
-    )
-    store = parser.add_mutually_exclusive_group()
-    store.add_argument(
-        "--session-path",
-        metavar="PATH",
-        help="the --session-path the runs trained with: read the embedded store beside it (PATH/../mlflow.db)",
-    )
-    store.add_argument(
-        "--data-root",
-        default=str(DEFAULT_DATA_ROOT),
-        help="folder of the embedded store (default: %(default)s)",
-    )
+    add_store_options(parser)
     parser.add_argument(
         "--metric",
         default=COMPARE_METRIC if command == "compare" else DEFAULT_RETURN_METRIC,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from digideep.utility.files import fsync_dir
+
 __all__ = ["create_mlflow_store", "create_optuna_store", "create_sqlite_store"]
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,9 @@ def create_sqlite_store(path: Path, build: Callable[[str], None]) -> bool:
         temporary = path.parent / f".{path.name}.{os.getpid()}{_BUILDING}"
         try:
             build(f"sqlite:///{temporary}")
-            _fsync(temporary)
+            fsync_dir(temporary)
             os.replace(temporary, path)
-            _fsync(path.parent)
+            fsync_dir(path.parent)
         finally:
             temporary.unlink(missing_ok=True)
     log.info("created the store %s", path)
@@ -103,12 +105,3 @@ def _quiet_logger(name: str) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-def _fsync(path: Path) -> None:
-    """Make ``path`` (a file, or a folder's entries) durable before it is relied upon."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -12,7 +12,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "fsyn
 
 
 def fsync_dir(path: Path) -> None:
-    """Flush a directory entry so that a rename inside it survives a power cut."""
+    """Flush a directory's entries (so that a rename inside it survives a power cut), or a file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -20,16 +20,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
 
-    The file gets the permissions ``open()`` would give a new file (``0o666`` less the umask), not
-    the owner-only ones of the temporary file it is written as.
+    The file gets ``mode`` (e.g. ``0o600`` for a file holding a secret) or, by default, the
+    permissions ``open()`` would give a new file (``0o666`` less the umask); never for a moment the
+    umask's when ``mode`` is stricter, as it is set before the data is written.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()
@@ -52,9 +53,9 @@ def _umask() -> int:
     return 0o022
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
     """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
 def atomic_write_json(path: str | Path, value: Any) -> None:
