@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 from digideep.errors import UsageError
@@ -86,10 +85,10 @@ def command_benchmark(args: argparse.Namespace) -> int:
     cells = plan(
         args.params, args.env, args.seeds, protocol, parameters["variants"], parameters["base_cpanel"]
     )
-    if not os.environ.get("PREFECT_API_URL"):
+    if not _prefect_api_url():
         raise UsageError(
-            "the benchmark's cells run on a Prefect server's workers: set PREFECT_API_URL to a server with "
-            "the train deployments (make prefect-up)"
+            "the benchmark's cells run on a Prefect server's workers: start one with the train deployments "
+            "(make prefect-up, which makes its profile active) or set PREFECT_API_URL to one"
         )
     if args.local:
         from flows.benchmark import benchmark
@@ -125,3 +124,11 @@ def _variants(given: list[str]) -> dict[str, dict[str, Any]]:
         except UsageError as error:
             raise UsageError(f"--variant '{name}': {error}") from None
     return variants
+
+
+def _prefect_api_url() -> str | None:
+    """The server Prefect's client will use: PREFECT_API_URL from the environment or the active profile
+    (``make prefect-up`` and ``make stack-up`` make theirs active)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value()
