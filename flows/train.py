@@ -29,9 +29,10 @@ from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.signals import RunStoppedError, exit_code
-from digideep.pipeline.training import TaskGranularity, close_run, open_run, run_training
+from digideep.pipeline.training import close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.location import Location
+from flows.granularity import TaskGranularity
 from flows.recovery import recover_killed_attempt
 
 _RUNNERS: dict[str, Runner] = {}
@@ -213,7 +214,7 @@ def train(
             iterations where orchestration would cost more than a few percent
             (``bench/bench_orchestration.py``); ``"auto"`` (the default): a task per stage for
             the first iterations, then whichever of the two keeps orchestration within 3 % of the
-            measured iteration time (:class:`~digideep.pipeline.training.TaskGranularity`), logged
+            measured iteration time (:class:`~flows.granularity.TaskGranularity`), logged
             once. The stages run the same code either way: the choice never changes the results.
         description: the run's description (MLflow's note and ``description`` in session.json);
             a resumed run keeps the one it started with.
