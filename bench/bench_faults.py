@@ -59,7 +59,7 @@ from mlflow import MlflowClient  # noqa: E402
 
 from bench.common import machine  # noqa: E402
 from bench.faults import kinds  # noqa: E402
-from bench.faults.run import Driver, Ended, run_id_of, run_to_end  # noqa: E402
+from bench.faults.run import Driver, Ended, run_id_of, run_to_end, stop_all  # noqa: E402
 from bench.faults.trial import Outcome, judge, optuna_store_trial, run_optuna_script  # noqa: E402
 from bench.faults.verdict import DIFFERENT, IDENTICAL, REFUSED, Final, final_of  # noqa: E402
 from tests.s3 import StoreOutage, moto_server  # noqa: E402
@@ -223,20 +223,25 @@ def main(
             else "the plain loop (--no-prefect)"
         )
         out.write(f"{n} trials on {path}, kinds {', '.join(chosen)}; folder {folder}\n")
-        for index in range(n):
-            kind = chosen[index % len(chosen)]
-            began = time.monotonic()
-            if index == 0:
-                bench.reference(bench.cpanel)
-                out.write(f"reference run: {bench.wall:.1f} s\n")
-            outcome = bench.trial(index, kind, second=index // len(chosen) % 2 == 1)
-            counts[kind, outcome.verdict] += 1
-            why = f": {outcome.why}" if outcome.why and outcome.verdict != IDENTICAL else ""
-            out.write(
-                f"t{index:03d} {kind:18s} {outcome.where}: {outcome.verdict}{why} ({time.monotonic() - began:.0f} s)\n"
-            )
-            out.flush()
-    summary(counts, chosen, n, out)
+        bench.reference(bench.cpanel)
+        out.write(f"reference run: {bench.wall:.1f} s\n")
+        try:
+            for index in range(n):
+                kind, began = chosen[index % len(chosen)], time.monotonic()
+                outcome = bench.trial(index, kind, second=index // len(chosen) % 2 == 1)
+                counts[kind, outcome.verdict] += 1
+                why = f": {outcome.why}" if outcome.why and outcome.verdict != IDENTICAL else ""
+                seconds = time.monotonic() - began
+                out.write(
+                    f"t{index:03d} {kind:18s} {outcome.where}: {outcome.verdict}{why} ({seconds:.0f} s)\n"
+                )
+                out.flush()
+        except KeyboardInterrupt:  # a Ctrl-C (or SIGTERM, below) ends the series: the trials done count
+            stop_all()
+            out.write(f"stopped after {sum(counts.values())} of {n} trials\n")
+    summary(counts, chosen, sum(counts.values()), out)
+    left = " (the Prefect path's temporary server, in a session of its own)" if flow else ""
+    out.write(f"processes a SIGKILLed command left running: {kinds.ORPHANS[0]}{left}\n")
     out.write(f"{machine()}\n")
     return counts
 
@@ -257,7 +262,12 @@ def summary(counts: Counter, chosen: tuple[str, ...], n: int, out) -> None:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--n", type=int, default=len(KINDS), help="trials (default: %(default)s, each kind once)"

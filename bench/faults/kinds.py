@@ -22,6 +22,9 @@ STOP_BOUND = 60.0
 OUTAGE_SECONDS = (18.0, 22.0)
 """How long the object store stays down in an ``s3-outage`` trial (under the 120 s of retries)."""
 
+ORPHANS = [0]
+"""Processes that commands killed with SIGKILL left running, over the benchmark (the bench stops them)."""
+
 
 @dataclass
 class Trial:
@@ -57,6 +60,7 @@ class Trial:
         if ended is None:
             self.where += " (ended first)"
         elif ended.orphans:
+            ORPHANS[0] += ended.orphans
             self.where += f" ({ended.orphans} process(es) of it left running, stopped by the bench)"
 
 
@@ -137,20 +141,27 @@ def kill_while_store_created(trial: Trial) -> None:
 
 
 def stop_with(signum: int) -> Callable[[Trial], None]:
-    """A Ctrl-C (SIGINT) or SIGTERM to the process group at a random moment; it must exit at once
-    with 128 + signal and one line saying how to resume (or 0 when the run had finished)."""
+    """A Ctrl-C (SIGINT) or SIGTERM to the process group at a random moment (one in five while the
+    command starts, else up to 1.5 s after a random journal record); it must exit within
+    :data:`STOP_BOUND` with 128 + signal and one line saying how to resume (or 0 when it had finished)."""
 
     def stop(trial: Trial) -> None:
         process = trial.train()
-        delay = trial.rng.uniform(0.1, 0.6) * trial.wall
-        while process.running() and time.monotonic() - process.started < delay:
+        if trial.rng.random() < 0.2:  # while it starts: imports, checks, stores, the Prefect server
+            moment, delay = 0, trial.rng.uniform(0.5, 5.0)
+            due = lambda: time.monotonic() - process.started >= delay  # noqa: E731
+        else:  # mid-training: up to 1.5 s after a random journal record
+            moment, delay = trial.rng.randint(1, 10), trial.rng.uniform(0.0, 1.5)
+            due = after_record(trial, moment, delay)
+        while process.running() and not due():
             time.sleep(0.01)
         signalled = time.monotonic()
         process.signal_group(signum)
         ended = process.wait(timeout=STOP_BOUND)
         seconds = time.monotonic() - signalled
         name = signal.Signals(signum).name
-        trial.note(ended, f"{name} after {delay:.1f} s, exit {ended.code} in {seconds:.1f} s")
+        when = f"{delay:.1f} s after record {moment}" if moment else f"{delay:.1f} s after the start"
+        trial.note(ended, f"{name} {when}, exit {ended.code} in {seconds:.1f} s")
         stopped = re.search(rf"digideep: stopped by {name} at iteration (\d+)", ended.stderr)
         if stopped:
             trial.stop_steps.add(int(stopped.group(1)) * trial.cpanel["n_steps"])

@@ -69,6 +69,16 @@ class Ended:
         return lines[-1][:300] if lines else f"exit {self.code}, nothing on stderr"
 
 
+RUNNING: set[Process] = set()
+"""The commands started and not yet waited for: :func:`stop_all` kills them when the benchmark stops."""
+
+
+def stop_all() -> None:
+    """SIGKILL every command still running (an interrupted benchmark leaves none behind)."""
+    for process in list(RUNNING):
+        process.kill()
+
+
 class Process:
     """A command in a process group of its own (as a shell starts a job), stderr kept in a file."""
 
@@ -79,6 +89,7 @@ class Process:
                 command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
             )
         self.started = time.monotonic()
+        RUNNING.add(self)
 
     def running(self) -> bool:
         return self.popen.poll() is None
@@ -96,6 +107,7 @@ class Process:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
+        RUNNING.discard(self)
         return Ended(self.popen.returncode, self.log.read_text(errors="replace"), _reap(children))
 
     def signal_group(self, signum: int) -> None:
@@ -111,6 +123,7 @@ class Process:
             ended = self.kill()
             ended.stderr += f"\n[bench] no exit after {timeout:.0f} s: killed"
             return ended
+        RUNNING.discard(self)
         return Ended(self.popen.returncode, self.log.read_text(errors="replace"))
 
     def kill_when(self, condition: Callable[[], bool], deadline: float = TIMEOUT) -> Ended | None:

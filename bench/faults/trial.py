@@ -78,9 +78,13 @@ def judge(trial: Trial, kind: str, reference: Final, client: Callable[[], Mlflow
 
 
 def _failure(ended: Ended) -> str:
-    lines = len(ended.stderr.strip().splitlines())
-    traceback = ", a traceback" if "Traceback" in ended.stderr else ""
-    return f"exit {ended.code}, {lines} lines on stderr{traceback}; last: {ended.last_line()}"
+    """Why a command that failed is not a refusal in one line."""
+    lines = ended.stderr.strip().splitlines()
+    errors = sum(line.startswith("digideep: error:") for line in lines)
+    traceback = " with a traceback" if "Traceback" in ended.stderr else ""
+    if errors == 1:
+        return f"refused, but not in one line: exit {ended.code}, {len(lines)} lines{traceback}, then: {ended.last_line()}"
+    return f"exit {ended.code}, {len(lines)} lines on stderr{traceback}; last: {ended.last_line()}"
 
 
 OPTUNA_STORE = """
