@@ -32,6 +32,7 @@ import numpy as np
 
 from digideep.errors import UsageError
 from digideep.pipeline import components
+from digideep.pipeline.checkpoint import find_checkpoints
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
@@ -42,6 +43,7 @@ from digideep.pipeline.runner_state import RunnerStateMixin, resume_checkpoint
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
+from digideep.utility.location import Location
 from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
@@ -323,10 +325,6 @@ class Runner(RunnerStateMixin):
                 frames=self.counters.frames,
                 best_test_return=self.counters.best_test_return,
             )
-            if self.tracker is not None:  # the policy as an MLflow model (digideep/tracking/model.py)
-                from digideep.tracking.model import log_run_models
-
-                log_run_models(self)
         log.info(
             "training stopped: %s (iteration %d, %d frames)",
             reason,
@@ -334,6 +332,17 @@ class Runner(RunnerStateMixin):
             self.counters.frames,
         )
         return reason
+
+    def trained_checkpoints(self) -> dict[str, Location]:
+        """What training produced: ``{"final": newest checkpoint, "best": best-testing one}``.
+
+        The caller logs them as models once :meth:`train` returned ``"finished"`` (the tracker's
+        ``log_models``, see :func:`digideep.pipeline.training.run_training`); a checkpoint that
+        retention removed is left out.
+        """
+        found = {c.iteration: c.location for c in find_checkpoints(self.session.checkpoints_location)}
+        wanted = {"final": self.counters.last_checkpoint, "best": self.counters.best_checkpoint}
+        return {which: found[iteration] for which, iteration in wanted.items() if iteration in found}
 
     def status_fields(self) -> dict[str, Any]:
         """The progress bar's fields between logs: returns so far this interval, speed since the last log."""

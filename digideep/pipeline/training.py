@@ -240,6 +240,9 @@ def run_training(
 ) -> str:
     """Train an opened run to its end and close it; return why it stopped.
 
+    A run that finished logs its final and best checkpoints' policies through its tracker (MLflow
+    models through the tracker's ``log_models``); the Runner itself knows nothing of tracking.
+
     On a terminal a progress bar shows the run after every iteration (see
     :class:`~digideep.utility.progress.ProgressBar`); elsewhere the per-epoch log lines do.
     """
@@ -248,8 +251,6 @@ def run_training(
     runner = handle.runner
     total = runner.number_epochs * runner.epoch_size
     with running(handle), ProgressBar(total, runner.counters.iteration) as bar:
-        if not bar.enabled:
-            return runner.train(call, per_iteration)
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
@@ -259,4 +260,8 @@ def run_training(
                 bar.update(runner.counters.iteration, test=result)
             return result
 
-        return runner.train(call_and_show, per_iteration)
+        reason = runner.train(call_and_show if bar.enabled else call, per_iteration)
+        if reason == "finished" and handle.tracker is not None:  # before the tracker finishes the run
+            register_as = runner.params.get("tracking", {}).get("register_model")
+            handle.tracker.log_models(runner.trained_checkpoints(), register_as)
+        return reason

@@ -57,6 +57,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 
 from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
+from digideep.tracking.model import log_policy_models
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
@@ -352,6 +353,16 @@ class MlflowTracker:
         self.log_artifacts(checkpoint_path, f"{CHECKPOINT_ARTIFACTS}/{name}")
         if kept is not None and self._sender is not None and self._delete_checkpoints:
             self._drop_checkpoints({*kept, name})
+
+    def log_models(self, checkpoints: Mapping[str, Any], register_as: str | None = None) -> dict[str, str]:
+        """Log a finished run's policies (``{"final"|"best": checkpoint folder}``) as MLflow models.
+
+        Registers the final one as ``register_as`` when given (``tracking.register_model``); does
+        nothing when no run is tracked. See :func:`digideep.tracking.model.log_policy_models`.
+        """
+        if not self.active or not self.run_id:
+            return {}
+        return log_policy_models(MlflowClient(self.uri), self.run_id, dict(checkpoints), register_as)
 
     def _drop_checkpoints(self, kept: set[str]) -> None:
         """Delete the run's ``checkpoints/<name>`` artifacts whose name is not in ``kept``.

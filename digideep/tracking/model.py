@@ -375,27 +375,3 @@ def _model_source(client: Any, run: Any, which: str) -> tuple[str, str | None]:
     raise UsageError(
         f"run {run.info.run_id} has no logged '{artifact}' model; models are logged when a run finishes"
     )
-
-
-def log_run_models(runner: Any) -> dict[str, str]:
-    """At the end of a finished run: log its last and best checkpoints' policies to its MLflow run.
-
-    Registers the final one when the params have ``tracking.register_model: <name>``. Does nothing
-    when the run is not tracked.
-    """
-    from mlflow import MlflowClient
-
-    from digideep.pipeline.checkpoint import find_checkpoints
-
-    tracker = runner.tracker
-    if tracker is None or not getattr(tracker, "active", False) or not tracker.run_id:
-        return {}
-    found = {c.iteration: c.location for c in find_checkpoints(runner.session.checkpoints_location)}
-    counters = runner.counters
-    checkpoints = {
-        which: found[iteration]
-        for which, iteration in (("final", counters.last_checkpoint), ("best", counters.best_checkpoint))
-        if iteration in found
-    }
-    register_as = runner.params.get("tracking", {}).get("register_model")
-    return log_policy_models(MlflowClient(tracker.uri), tracker.run_id, checkpoints, register_as)
