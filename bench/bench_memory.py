@@ -20,7 +20,7 @@ Measured on the 2-core development machine (capacity 1,000,000, 180 MB raw): sto
 rows 25-65 ms, load 0.2-0.8 s, peak RAM 1.09 x (store + flush) and 1.20 x (load) the raw size;
 disk mode: store 14 ms (about 1000 x), sample 256 in 55-70 ms (about 1500 x ram mode).
 
-The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.undo``) is measured
+The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.durable.undo``) is measured
 against a memory without a checkpoint anchor, alternating the two on the same chunks: the flush of
 50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which deletes the
 area), and the area's size on disk (``--undo-only``). Figures are in ``docs/memory.md``.
@@ -537,7 +537,7 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
     stores of 1,000-step chunks filling the ring (written in ``store``, no background thread), the
     flush and the checkpoint. Read: a new memory restoring that checkpoint (a resume).
     """
-    import digideep.memory.zarr_store as zarr_store
+    import digideep.memory.durable.zarr_group as zarr_group
     from digideep.memory import layout
 
     rng = np.random.default_rng(8)
@@ -546,7 +546,7 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
     times: dict[str, dict[str, list[float]]] = {name: {"write": [], "read": []} for name in variants}
     for repeat in range(repeats):
         for name, codecs in variants.items():
-            zarr_store.compressors = codecs
+            zarr_group.compressors = codecs
             path = root / f"checksum-{repeat}-{name.replace(' ', '-')}.zarr"
             start = time.process_time()
             memory = Memory(path, num_workers=1, capacity=capacity, write_behind=False)
@@ -561,7 +561,7 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
                 resumed.restore(state)
             times[name]["read"].append(time.process_time() - start)
             shutil.rmtree(path, ignore_errors=True)  # (the undo area is deleted in the background)
-    zarr_store.compressors = layout.compressors
+    zarr_group.compressors = layout.compressors
     for what in ("write", "read"):
         best = {name: min(figures[what]) for name, figures in times.items()}
         print(

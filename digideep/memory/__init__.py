@@ -4,12 +4,13 @@ Contract (relied on by the Runner and the agents)
 =================================================
 
 ``Memory(path, num_workers, capacity, mode="ram", zarr_chunk_rows=None, compression=None, name=None)``
-    Circular memory, off-policy replay: a storage (:mod:`~digideep.memory.storage`) plus a ring
-    writer (:mod:`~digideep.memory.writer`, the pointers). ``capacity`` counts rows (steps) **per
-    worker**; ``path`` is the Zarr group's place, a local folder or an fsspec URL (the Runner passes
-    ``session.memory_url(name)``), or ``None`` for RAM only. ``mode="ram"``: sampling reads a numpy
-    ring, every chunk is written behind to Zarr (:mod:`~digideep.memory.write_behind`);
-    ``mode="disk"``: Zarr only.
+    Circular memory, off-policy replay: a storage (the :class:`~digideep.memory.storage.Storage`
+    contract: what a memory needs from where its rows live) plus a ring cursor
+    (:class:`~digideep.memory.ring.RingCursor`, the pointers). ``capacity`` counts rows (steps)
+    **per worker**; ``path`` is the Zarr group's place, a local folder or an fsspec URL (the Runner
+    passes ``session.memory_url(name)``), or ``None`` for RAM only. ``mode`` says where sampling
+    reads: ``"ram"``, a numpy ring, with every chunk also written behind to Zarr when there is a
+    path (:mod:`~digideep.memory.durable.write_through`); ``"disk"``, Zarr only.
 
     - ``store(chunk)``: a chunk is the Explorer's flat dict, ``(W, T + 1, ...)`` per key (see
       ``docs/architecture.md``, "Trajectory chunk"). Writes the RAM ring and queues the rows for
@@ -20,7 +21,7 @@ Contract (relied on by the Runner and the agents)
       ``FileNotFoundError`` if nothing was flushed; ``ValueError`` with a message if the group is
       not a memory of this ``num_workers`` and ``capacity``.
     - ``state_dict()``: pointers and counters only (``pos``, ``size``, ``total``,
-      ``last_chunk_rows`` from the writer, ``num_workers``, ``capacity`` from the storage: ints).
+      ``last_chunk_rows`` from the cursor, ``num_workers``, ``capacity`` from the storage: ints).
     - ``checkpoint_committed(d=None)``: call it once a checkpoint holding ``d`` (the state after a
       ``flush()``; default the current one) is durable; the Runner does after every checkpoint.
     - Reading: ``keys()``, ``memory[key]`` (``(W, capacity, ...)`` ring: numpy in "ram" mode, the
@@ -64,7 +65,7 @@ keys change dtype or row shape, or that has more rows than ``capacity`` is refus
 Durability (what a crash leaves)
 ================================
 
-Zarr layout: :mod:`digideep.memory.zarr_store`. The commit record (pointers, committed keys, the
+Zarr layout: :mod:`digideep.memory.durable.zarr_group` (the machinery: :mod:`digideep.memory.durable`). The commit record (pointers, committed keys, the
 anchor and the undo area's extent) is one group attribute; zarr >= 3.1.3 writes it, like every
 chunk, to a temporary file renamed into place, so a killed process leaves each file old or new.
 The **anchor** is the state of the newest checkpoint (``checkpoint_committed``). Every Zarr write
@@ -72,7 +73,7 @@ The **anchor** is the state of the newest checkpoint (``checkpoint_committed``).
 
 1. protect what the dirty rows overwrite, in one commit: the chunks holding rows of the anchor
    that are overwritten for the first time since it are first copied whole to the undo area
-   (:mod:`digideep.memory.undo`), and the committed state shrinks to its untouched rows (same
+   (:mod:`digideep.memory.durable.undo`), and the committed state shrinks to its untouched rows (same
    ``pos`` and ``total``, smaller ``size``) if the ring wrapped onto them;
 2. write the rows, in whole chunks (the write-behind thread) or slices (disk mode);
 3. ``flush()`` commits the new state, after the outstanding writes.
@@ -109,6 +110,7 @@ from digideep.memory.memory import Memory
 from digideep.memory.ring import RingState
 from digideep.memory.rollout import RolloutMemory
 from digideep.memory.sampler import LastChunk, Sampler, UniformTransitions, Unit
+from digideep.memory.storage import Storage
 from digideep.memory.units import (
     drop_final_prestep,
     flatten_first_two,
@@ -126,6 +128,7 @@ __all__ = [
     "RingState",
     "RolloutMemory",
     "Sampler",
+    "Storage",
     "UniformTransitions",
     "Unit",
     "check_nan",

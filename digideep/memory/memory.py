@@ -1,8 +1,9 @@
-"""The circular memory: a storage (where rows live) and a ring writer (where the next chunk goes).
+"""The circular memory: a storage (where rows live) and a ring cursor (where the next chunk goes).
 
 See the package docstring (:mod:`digideep.memory`) for the contract; :mod:`digideep.memory.storage`
-and :mod:`digideep.memory.write_behind` for the storages; :mod:`digideep.memory.writer` for the
-pointers; :mod:`digideep.memory.zarr_store` for the Zarr layout.
+for what a memory needs from its storage (and which storage its arguments pick);
+:mod:`digideep.memory.durable` for the durable storages and the Zarr layout;
+:class:`~digideep.memory.ring.RingCursor` for the pointers.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 import numpy as np
 import zarr
 
+from digideep.memory.durable.write_through import WriteThroughStorage
+from digideep.memory.durable.zarr_storage import DISK_CHUNK_BYTES, WRITE_THROUGH_CHUNK_BYTES, ZarrStorage
 from digideep.memory.layout import KeySpec, validate_chunk
 from digideep.memory.location import Location
-from digideep.memory.ring import RingState, logical_to_physical, ring_slices
-from digideep.memory.storage import make_storage
-from digideep.memory.writer import RingWriter, parse_state
+from digideep.memory.ring import RingCursor, RingState, logical_to_physical, parse_state, ring_slices
+from digideep.memory.storage import RamStorage, Storage
 
 __all__ = ["Memory"]
 
@@ -34,9 +36,10 @@ class Memory:
             the Runner passes ``session.memory_url(name)``); ``None`` keeps the memory in RAM only.
         num_workers: ``W``, the explorer's worker count; every chunk must have it.
         capacity: ``C``, rows per worker (so ``W * C`` rows in all); at least 2.
-        mode: ``"ram"`` (default: sampling reads a numpy ring, every chunk is written through to Zarr
-            by a background thread) or ``"disk"`` (no ring: :meth:`store` writes Zarr, sampling reads
-            Zarr; for memories larger than RAM, far slower, see ``docs/memory.md``).
+        mode: where sampling reads. ``"ram"`` (default): a numpy ring; with a ``path`` every chunk
+            is also written through to Zarr by a background thread (the memory is durable either
+            way when it has a path). ``"disk"``: no ring, :meth:`store` writes Zarr and sampling
+            reads Zarr (for memories larger than RAM, far slower, see ``docs/memory.md``).
         zarr_chunk_rows: rows per Zarr chunk; ``None``: at most 1/16 of the ring and about 4 MiB
             spanning all workers (``"ram"``) or 256 KiB of one worker (``"disk"``).
         compression: ``None`` (default), ``"zstd"`` or ``"lz4"`` (level 1); replay data barely
@@ -79,7 +82,7 @@ class Memory:
             write_behind,
             max_pending,
         )
-        self.writer = RingWriter(int(capacity))
+        self.cursor = RingCursor(int(capacity))
 
     @classmethod
     def from_params(cls, *, location: str, num_workers: int, name: str, **args: Any) -> Memory:
@@ -99,21 +102,21 @@ class Memory:
     @property
     def size(self) -> int:
         """Valid transition rows per worker (the latest row, a final prestep, is not one)."""
-        return self.writer.state.size
+        return self.cursor.state.size
 
     @property
     def pos(self) -> int:
         """Physical row of the latest row (the final prestep the next chunk overwrites)."""
-        return self.writer.state.pos
+        return self.cursor.state.pos
 
     @property
     def total(self) -> int:
         """Rows advanced since the memory was created (``T`` per chunk)."""
-        return self.writer.state.total
+        return self.cursor.state.total
 
     @property
     def state(self) -> RingState:
-        return self.writer.state
+        return self.cursor.state
 
     @property
     def path(self) -> str | None:
@@ -149,7 +152,7 @@ class Memory:
 
     def physical_rows(self, logical: np.ndarray) -> np.ndarray:
         """Physical rows of valid rows ``logical`` (int array, ``0`` = oldest .. ``size - 1`` = newest)."""
-        return logical_to_physical(logical, self.writer.state, self.capacity)
+        return logical_to_physical(logical, self.cursor.state, self.capacity)
 
     def valid_rows(self) -> np.ndarray:
         """Physical rows of every valid transition, oldest first: ``(size,)`` int64."""
@@ -164,7 +167,7 @@ class Memory:
 
     def last_chunk(self) -> dict[str, np.ndarray]:
         """The latest stored chunk, ``(W, T + 1, ...)`` per key (views of the ring unless it wraps)."""
-        state = self.writer.state
+        state = self.cursor.state
         if state.last_chunk_rows == 0:
             raise ValueError(f"memory '{self.name}' holds no chunk yet; store one first")
         start = (state.pos - state.last_chunk_rows + 1) % self.capacity
@@ -197,9 +200,9 @@ class Memory:
         rows, new_specs = validate_chunk(
             chunk, self.num_workers, self.storage.specs, self.capacity, self.name
         )
-        pieces, new_state = self.writer.place(rows)
+        pieces, new_state = self.cursor.place(rows)
         self.storage.write(chunk, pieces, new_specs, new_state)
-        self.writer.state = new_state
+        self.cursor.state = new_state
 
     # -- persistence ---------------------------------------------------------------------------
     def guard_writes(self, guard: Callable[[], None]) -> None:
@@ -207,10 +210,11 @@ class Memory:
 
         The Runner passes the session's lease check, so that a host cut off from a session on
         object storage, whose session another host took over, never writes a chunk beside the new
-        holder's: its background writer fails instead, and the next store raises that error.
+        holder's: its background writer fails instead, and the next store raises that error. Only
+        the write-through storage (``mode="ram"`` with a path) writes in the background and runs
+        the guard (see :meth:`~digideep.memory.storage.Storage.guard_writes`).
         """
-        if hasattr(self.storage, "guard"):
-            self.storage.guard = guard
+        self.storage.guard_writes(guard)
 
     def flush(self) -> None:
         """Make the stored rows durable: wait for the outstanding writes, then commit the pointers.
@@ -221,7 +225,7 @@ class Memory:
         exactly the bytes they held when it was made, and the anchor (the newest checkpoint)
         restorable. A memory without a path has nothing to flush.
         """
-        self.storage.flush(self.writer.state)
+        self.storage.flush(self.cursor.state)
 
     def wait(self) -> None:
         """Wait until the background writer wrote every stored chunk (nothing is committed)."""
@@ -238,7 +242,7 @@ class Memory:
         Raises:
             ValueError: if ``state`` is not the flushed state (flush before saving the checkpoint).
         """
-        self.storage.checkpoint_committed(self.writer.state if state is None else self._ring_state(state))
+        self.storage.checkpoint_committed(self.cursor.state if state is None else self._ring_state(state))
 
     def load(self) -> None:
         """Return to the last commit in Zarr (the ring too, byte for byte); replaces what the memory held.
@@ -248,7 +252,7 @@ class Memory:
             ValueError: if the group is not a memory of this ``num_workers`` and ``capacity``.
         """
         state, _ = self.storage.load()
-        self.writer.state = state
+        self.cursor.state = state
 
     def restore(self, state: Mapping[str, int]) -> None:
         """Return to a saved state (a checkpoint's), data included: the one call a resume needs.
@@ -264,12 +268,12 @@ class Memory:
             FileNotFoundError: if ``state`` holds rows but nothing was flushed at :attr:`path`.
         """
         target = self._ring_state(state)
-        self.writer.state = self.storage.restore(target, self.writer.state)
+        self.cursor.state = self.storage.restore(target, self.cursor.state)
 
     def state_dict(self) -> dict[str, int]:
-        """Pointers and counters (never the data): the writer's ``pos``, ``size``, ``total``,
+        """Pointers and counters (never the data): the cursor's ``pos``, ``size``, ``total``,
         ``last_chunk_rows`` and the storage's ``num_workers``, ``capacity``."""
-        return {**self.writer.state_dict(), **self.storage.state_dict()}
+        return {**self.cursor.state_dict(), **self.storage.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """The same as :meth:`restore` (a later :meth:`load` rereads the restored commit)."""
@@ -294,3 +298,37 @@ class Memory:
                 f"this memory num_workers={self.num_workers}, capacity={self.capacity}"
             )
         return parse_state(state)
+
+
+def make_storage(
+    location: Location | None,
+    num_workers: int,
+    capacity: int,
+    name: str,
+    mode: str = "ram",
+    chunk_rows: int | None = None,
+    compression: str | None = None,
+    write_behind: bool = True,
+    max_pending: int = 16,
+) -> Storage:
+    """The storage a memory's arguments ask for (the table in :mod:`digideep.memory.storage`).
+
+    Raises:
+        ValueError: for an unknown ``mode``, or ``mode="disk"`` without a location.
+    """
+    if mode not in ("ram", "disk"):
+        raise ValueError(f"Memory mode must be 'ram' or 'disk', got {mode!r}")
+    if location is None:
+        if mode == "disk":
+            raise ValueError("Memory mode 'disk' needs a path or URL for its Zarr group")
+        return RamStorage(num_workers, capacity, name)
+    if mode == "disk":
+        return ZarrStorage(
+            location, num_workers, capacity, name, chunk_rows, DISK_CHUNK_BYTES, 1, compression
+        )
+    zarr_storage = ZarrStorage(
+        location, num_workers, capacity, name, chunk_rows, WRITE_THROUGH_CHUNK_BYTES, num_workers, compression
+    )
+    return WriteThroughStorage(
+        RamStorage(num_workers, capacity, name), zarr_storage, write_behind, max_pending
+    )

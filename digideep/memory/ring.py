@@ -12,15 +12,30 @@ integers (see :class:`RingState`):
   states and tells how many rows were written between two of them.
 
 While the ring has not wrapped, ``pos - size == 0``: the valid rows are exactly ``0 .. size - 1``.
+
+:class:`RingCursor` holds a memory's pointers and says where its next chunk goes (TorchRL's writer);
+the storage (:mod:`digideep.memory.storage`) writes the rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["RingState", "logical_to_physical", "ring_slices", "rows_written_since", "surviving_size"]
+__all__ = [
+    "FIELDS",
+    "RingCursor",
+    "RingState",
+    "logical_to_physical",
+    "parse_state",
+    "ring_slices",
+    "rows_written_since",
+    "surviving_size",
+]
+
+FIELDS = ("pos", "size", "total", "last_chunk_rows")  # the pointers of a memory's state_dict
 
 
 @dataclass(frozen=True)
@@ -119,3 +134,43 @@ def logical_to_physical(logical: np.ndarray, state: RingState, capacity: int) ->
     if state.pos < state.size:  # the valid window wraps: fold the negative rows back
         rows %= capacity
     return rows
+
+
+class RingCursor:
+    """The pointers of a ring of ``capacity`` rows per worker and where its next chunk goes.
+
+    Args:
+        capacity: rows per worker.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.state = RingState()
+
+    def place(self, rows: int) -> tuple[list[tuple[int, int, int]], RingState]:
+        """Where a chunk of ``rows = T + 1`` rows goes, and the state after it.
+
+        Returns:
+            ``(pieces, new_state)``: at most two ``(ring_start, ring_stop, chunk_offset)`` pieces
+            (split at the wrap-around), starting at ``pos`` (the previous final prestep).
+        """
+        return ring_slices(self.state.pos, rows, self.capacity), self.state.advance(rows, self.capacity)
+
+    def state_dict(self) -> dict[str, int]:
+        """``pos``, ``size``, ``total``, ``last_chunk_rows`` (ints)."""
+        return self.state.as_dict()
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.state = parse_state(state)
+
+
+def parse_state(state: Mapping[str, int]) -> RingState:
+    """The :class:`RingState` of a ``state_dict`` (extra entries ignored).
+
+    Raises:
+        ValueError: naming the missing entry.
+    """
+    missing = [key for key in FIELDS if key not in state]
+    if missing:
+        raise ValueError(f"memory state lacks {missing}; it holds {sorted(state)}")
+    return RingState(*(int(state[key]) for key in FIELDS))

@@ -110,7 +110,7 @@ def test_a_memory_written_without_checksums_still_loads(
     without one) load as they are; keys they gain later get the checksum."""
     path = tmp_path / "m.zarr"
     # the codecs of digideep before the checksum: the compression alone
-    monkeypatch.setattr("digideep.memory.zarr_store.compressors", layout._compression)
+    monkeypatch.setattr("digideep.memory.durable.zarr_group.compressors", layout._compression)
     _, state = written(path)
     monkeypatch.undo()
     metadata = json.loads((path / "zarr.json").read_text())

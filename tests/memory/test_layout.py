@@ -38,7 +38,7 @@ def test_every_key_has_chunks_of_at_most_a_sixteenth_of_the_ring_and_a_flush_rew
     start = stream(memory, [100, 100, 100])
     memory.flush()
     for key in KEYS:
-        assert memory.storage.zarr.store.arrays[key].chunks[:2] == (W, 20), key
+        assert memory.storage.zarr.group.arrays[key].chunks[:2] == (W, 20), key
     before = chunk_files(path)
     stream(memory, [10], start)  # rows 300..310: chunk 15 only
     memory.flush()
@@ -77,7 +77,7 @@ def test_a_memory_of_layout_format_2_with_an_undo_area_of_rows_still_restores_ex
     expected = {key: memory[key].copy() for key in memory}
     memory.checkpoint_committed(checkpoint)
     memory.wait()
-    memory.storage.zarr.store.rowwise_undo = True  # write the undo area as format 2 did
+    memory.storage.zarr.group.rowwise_undo = True  # write the undo area as format 2 did
     stream(memory, [7, 11], start)
     memory.flush()
     record = json.loads((path / "zarr.json").read_text())["attributes"]["digideep_memory"]
@@ -112,5 +112,5 @@ def test_on_s3_the_undo_area_restores_chunks_copied_and_chunks_that_did_not_exis
     assert resumed.state_dict() == checkpoint
     for key, value in expected.items():
         assert resumed[key].tobytes() == value.tobytes(), key
-    zarr_rows = resumed.storage.zarr.store.arrays["/rewards"][:]  # the store itself, not only the ring
+    zarr_rows = resumed.storage.zarr.group.arrays["/rewards"][:]  # the store itself, not only the ring
     assert zarr_rows[:, 10:].tobytes() == expected["/rewards"][:, 10:].tobytes()  # never-written rows

@@ -12,8 +12,8 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
-from digideep.memory.undo import UndoArea
-from digideep.memory.zarr_store import ZarrStore, check_zarr_version
+from digideep.memory.durable.undo import UndoArea
+from digideep.memory.durable.zarr_group import ZarrGroup, check_zarr_version
 
 from .chunks import make_chunk
 
@@ -74,8 +74,8 @@ def test_flush_without_new_rows_writes_nothing_and_empty_memory_loads(tmp_path: 
 
 
 def crash_in(monkeypatch: pytest.MonkeyPatch, method: str, after: int) -> None:
-    """Make ``ZarrStore.<method>`` raise on its ``after + 1``-th call from now on."""
-    original = getattr(ZarrStore, method)
+    """Make ``ZarrGroup.<method>`` raise on its ``after + 1``-th call from now on."""
+    original = getattr(ZarrGroup, method)
     calls = {"n": 0}
 
     def failing(self, *args, **kwargs):
@@ -84,7 +84,7 @@ def crash_in(monkeypatch: pytest.MonkeyPatch, method: str, after: int) -> None:
             raise SimulatedCrashError(f"simulated crash in {method}")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ZarrStore, method, failing)
+    monkeypatch.setattr(ZarrGroup, method, failing)
 
 
 @pytest.mark.parametrize(("method", "after"), [("commit", 0), ("write", 0), ("write", 5)])
@@ -250,7 +250,7 @@ def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int
         return write
 
     monkeypatch.setattr(zarr.Array, "__setitem__", counting(zarr.Array.__setitem__))
-    monkeypatch.setattr(ZarrStore, "_write_record", counting(ZarrStore._write_record))
+    monkeypatch.setattr(ZarrGroup, "_write_record", counting(ZarrGroup._write_record))
     monkeypatch.setattr(UndoArea, "save", counting(UndoArea.save))  # chunk copies (links, not zarr writes)
     return calls
 

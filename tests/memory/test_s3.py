@@ -16,8 +16,8 @@ import torch
 
 from digideep.memory import LastChunk, Memory, RolloutMemory, UniformTransitions
 from digideep.memory.location import Location
+from digideep.memory.ring import RingCursor
 from digideep.memory.storage import RamStorage
-from digideep.memory.writer import RingWriter
 from digideep.pipeline.lease import LeaseLostError
 
 from .chunks import make_chunk
@@ -172,17 +172,17 @@ def round_trip(state: dict) -> dict:
 
 
 def test_the_parts_state_dicts_round_trip_and_compose_the_memorys(tmp_path: Path) -> None:
-    writer = RingWriter(10)
-    pieces, state = writer.place(5)
+    cursor = RingCursor(10)
+    pieces, state = cursor.place(5)
     assert pieces == [(0, 5, 0)] and state.total == 4
-    writer.state = state
-    copy = RingWriter(10)
-    copy.load_state_dict(round_trip(writer.state_dict()))
-    assert copy.state == writer.state
+    cursor.state = state
+    copy = RingCursor(10)
+    copy.load_state_dict(round_trip(cursor.state_dict()))
+    assert copy.state == cursor.state
     assert RamStorage(2, 10, "r").state_dict() == {"num_workers": 2, "capacity": 10}
     memory = Memory(tmp_path / "m.zarr", W, 10)
     stream(memory, [4, 4, 4])
-    assert memory.state_dict() == {**memory.writer.state_dict(), **memory.storage.state_dict()}
+    assert memory.state_dict() == {**memory.cursor.state_dict(), **memory.storage.state_dict()}
     memory.flush()
     resumed = Memory(tmp_path / "m.zarr", W, 10)
     resumed.restore(round_trip(memory.state_dict()))

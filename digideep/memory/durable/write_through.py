@@ -6,11 +6,11 @@ chunk-row window of a key, ``store()`` copies the whole window from the RAM ring
 write keep the bytes of the previous pass), later stores in it copy only their rows, and the thread
 writes the window, one file or object per key, all keys at once, when the ring moves past it.
 Nothing is read back from Zarr, and no chunk is partly rewritten. Chunks are at most 1/16 of the
-ring (:mod:`~digideep.memory.zarr_store`), so ``flush()`` writes only the windows still open, one
+ring (:mod:`~digideep.memory.durable.zarr_group`), so ``flush()`` writes only the windows still open, one
 PUT per key, then the commit record.
 
-Crash safety is the Zarr-only protocol (:class:`~digideep.memory.storage.ZarrStorage`): when the
-ring enters windows, :meth:`~digideep.memory.storage.ZarrStorage.protect` copies their chunks, as
+Crash safety is the Zarr-only protocol (:class:`~digideep.memory.durable.zarr_storage.ZarrStorage`): when the
+ring enters windows, :meth:`~digideep.memory.durable.zarr_storage.ZarrStorage.protect` copies their chunks, as
 they were at the anchor, to the undo area (whole objects: a server-side copy on object storage, a
 hard link on disk), before the first write of the window; before a window is written the committed
 state shrinks to the rows it keeps, in one commit; a window rewrites rows it does not change with
@@ -27,29 +27,23 @@ checkpoint. Nothing is dropped silently.
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
+from digideep.memory.durable.background import BackgroundWriter, guarded
+from digideep.memory.durable.zarr_storage import ZarrStorage
 from digideep.memory.layout import KeySpec
 from digideep.memory.ring import RingState
-from digideep.memory.storage import Pieces, RamStorage, ZarrStorage
+from digideep.memory.storage import Pieces, RamStorage, Storage
 
-__all__ = ["WindowWriter", "WriteBehind", "WriteThroughStorage"]
-
-logger = logging.getLogger(__name__)
-
-_STOP = object()
+__all__ = ["WriteThroughStorage", "ZarrWindowWriter", "split_windows"]
 
 
 @dataclass
-class _Task:
+class _StoredRows:
     """Rows a store wrote: ``rows[key]`` is a list of ``(start, stop, (W, stop - start, ...) copy, whole)``.
 
     ``whole``: the piece is the whole chunk-row window ``[start, stop)`` the ring just entered, copied
@@ -81,7 +75,7 @@ def split_windows(
     Zarr to fill the rest of a chunk; rows of the ``current`` window are copied alone.
 
     Returns:
-        The pieces for :class:`_Task` and the window the ring is in now.
+        The pieces for :class:`_StoredRows` and the window the ring is in now.
     """
     capacity = ring.shape[1]
     out = []
@@ -100,24 +94,24 @@ def split_windows(
     return out, current
 
 
-class WindowWriter:
+class ZarrWindowWriter:
     """Writes stored rows to Zarr one whole chunk-row window at a time (runs on the writer thread).
 
     Args:
-        durable: the Zarr storage written to.
+        storage: the Zarr storage written to.
     """
 
-    def __init__(self, durable: ZarrStorage) -> None:
-        self.durable = durable
+    def __init__(self, storage: ZarrStorage) -> None:
+        self.storage = storage
         self.windows: dict[str, _Window] = {}
         self.total = 0  # total of the newest stored chunk: protect() covers every row up to it
         self.pos = 0  # pos of the newest stored chunk
 
-    def apply(self, task: _Task) -> None:
+    def apply(self, task: _StoredRows) -> None:
         """Take the rows of one store; write the windows the ring moved past (all keys at once)."""
-        self.durable.ensure_open()
+        self.storage.ensure_open()
         if task.new_specs:
-            self.durable.add_keys(task.new_specs)
+            self.storage.add_keys(task.new_specs)
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
@@ -143,152 +137,77 @@ class WindowWriter:
         window count as overwritten; a window's chunk is copied once) and the committed state
         shrinks by the rows stored (a commit when it changes, one small write per store once the
         ring is full)."""
-        if not self.windows or not self.durable.store.is_open:
+        if not self.windows or not self.storage.group.is_open:
             return
         ahead = max((w.stop - 1 - self.pos for w in self.windows.values() if w.start <= self.pos), default=0)
-        self.durable.protect(self.total, self.total + max(0, ahead))
+        self.storage.protect(self.total, self.total + max(0, ahead))
 
     def _write(self, windows: list[tuple[str, _Window]]) -> None:
         """Protect what the windows overwrite (one commit), then write each as one chunk per key."""
         if not windows:
             return
-        self.durable.protect(self.total)
-        self.durable.store.write_many([(key, w.start, w.stop, w.data) for key, w in windows])
+        self.storage.protect(self.total)
+        self.storage.group.write_many([(key, w.start, w.stop, w.data) for key, w in windows])
         for _, window in windows:
             window.dirty = False
 
     def flush(self, state: RingState, specs: Mapping[str, KeySpec]) -> None:
         """Write the open windows (they stay open), then commit ``state``."""
-        self.durable.ensure_open()
+        self.storage.ensure_open()
         self._write([(key, window) for key, window in self.windows.items() if window.dirty])
-        self.durable.commit(state, specs)
+        self.storage.commit(state, specs)
 
     def reset(self) -> None:
         """Forget the open windows (after Zarr was changed by a load or a restore)."""
         self.windows = {}
-        store = self.durable.store
-        self.total, self.pos = (store.committed.total, store.committed.pos) if store.is_open else (0, 0)
+        group = self.storage.group
+        self.total, self.pos = (group.committed.total, group.committed.pos) if group.is_open else (0, 0)
 
 
-class WriteBehind:
-    """A background thread that runs jobs in order, at most ``max_pending`` waiting.
-
-    The thread starts with the first job and ends when its owner is garbage-collected or
-    :meth:`close` is called. After a job fails, later jobs are skipped and the error is raised by
-    :meth:`check` (see the module docstring).
-
-    Args:
-        owner: the object whose life the thread follows.
-        what: names the memory and its location in messages.
-        max_pending: jobs that may wait; :meth:`submit` blocks beyond.
-    """
-
-    def __init__(self, owner: object, what: str, max_pending: int) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
-        self.what = what
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
-        self._state = {"error": None}  # shared with the thread (not self: it must not keep self alive)
-        self._reported = False
-        self._thread: threading.Thread | None = None
-        weakref.finalize(owner, self._queue.put, _STOP)  # the owner is gone: end the thread
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` (blocks while ``max_pending`` jobs wait)."""
-        self.check()
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=_work, args=(self._queue, self._state), name=f"write-behind {self.what}", daemon=True
-            )
-            self._thread.start()
-        self._queue.put(job)
-
-    def wait(self) -> None:
-        """Wait until every queued job ran; raise the error of one that failed."""
-        if self._thread is not None:
-            self._queue.join()
-        self.check()
-
-    def check(self) -> None:
-        """Raise the error of a failed job: the original once, then a ``RuntimeError`` naming it."""
-        error = self._state["error"]
-        if error is None:
-            return
-        if not self._reported:
-            self._reported = True
-            error.add_note(f"raised by the background writer of {self.what}")
-            raise error
-        raise RuntimeError(
-            f"{self.what}: an earlier background write failed ({error!r}); the durable copy is "
-            "behind the RAM ring, resume the run from its last checkpoint"
-        ) from error
-
-    def close(self) -> None:
-        """Wait for the queued jobs, then end the thread."""
-        if self._thread is not None:
-            self._queue.join()
-            self._queue.put(_STOP)
-            self._thread.join()
-            self._thread = None
-
-
-def _work(jobs: queue.Queue, state: dict) -> None:
-    while True:
-        job = jobs.get()
-        try:
-            if job is _STOP:
-                return
-            if state["error"] is None:
-                job()
-        except BaseException as error:  # surfaced on the training thread by check()
-            logger.debug("background write failed: %r", error)
-            state["error"] = error
-        finally:
-            jobs.task_done()
-
-
-def _guarded(guard: Callable[[], None], job: Callable[[], None]) -> None:
-    guard()  # raises when this process may no longer write (a session lease that was lost)
-    job()
-
-
-class WriteThroughStorage:
+class WriteThroughStorage(Storage):
     """RAM ring for reading, Zarr written behind for durability (see the module docstring).
 
     Args:
         ram: the ring sampling reads.
-        durable: the Zarr group every chunk is written through to.
+        zarr: the Zarr storage every stored chunk's rows are written through to.
         write_behind: write on a background thread (default); ``False`` writes in ``store()``
             itself (same windows and order, for debugging and deterministic fault injection).
         max_pending: chunks that may wait for the background thread.
     """
 
-    durable = True
-
     def __init__(
-        self, ram: RamStorage, durable: ZarrStorage, write_behind: bool = True, max_pending: int = 16
+        self, ram: RamStorage, zarr: ZarrStorage, write_behind: bool = True, max_pending: int = 16
     ) -> None:
-        self.ram, self.zarr = ram, durable
-        self.num_workers, self.capacity, self.name = ram.num_workers, ram.capacity, ram.name
-        self.location = durable.location
-        self.windows = WindowWriter(durable)
+        super().__init__(ram.num_workers, ram.capacity, ram.name)
+        self.ram, self.zarr = ram, zarr
+        self.location = zarr.location
+        self.windows = ZarrWindowWriter(zarr)
         self.rows_of: dict[str, int] = {}  # rows per Zarr chunk of every key
         self.current: dict[str, int] = {}  # the chunk-row window the ring is in, per key
-        what = f"memory '{self.name}' at {durable.location}"
-        self.behind = WriteBehind(self, what, max_pending) if write_behind else None
-        self.guard: Callable[[], None] | None = None  # run before every Zarr write (see Memory.guard_writes)
+        what = f"memory '{self.name}' at {zarr.location}"
+        self.background = BackgroundWriter(self, what, max_pending) if write_behind else None
+        self.guard: Callable[[], None] | None = None  # run before every Zarr write (see guard_writes)
 
     @property
-    def specs(self) -> dict[str, KeySpec]:
+    def durable(self) -> bool:
+        return True
+
+    @property
+    def specs(self) -> dict[str, KeySpec]:  # type: ignore[override]
         return self.ram.specs
+
+    def guard_writes(self, guard: Callable[[], None]) -> None:
+        """Run ``guard()`` on the background thread before every Zarr write; a job whose guard
+        raises is skipped and its error is raised by the next ``store()`` (see :class:`BackgroundWriter`)."""
+        self.guard = guard
 
     def _run(self, job: Callable[[], None]) -> None:
         if self.guard is not None:
-            job = partial(_guarded, self.guard, job)
-        if self.behind is None:
+            job = partial(guarded, self.guard, job)
+        if self.background is None:
             job()
         else:
-            self.behind.submit(job)
+            self.background.submit(job)
 
     def array(self, key: str) -> np.ndarray:
         return self.ram.array(key)
@@ -297,16 +216,16 @@ class WriteThroughStorage:
         self, chunk: Mapping[str, np.ndarray], pieces: Pieces, new_specs: dict[str, KeySpec], state: RingState
     ) -> None:
         """Write the RAM ring, then queue a copy of the rows written for Zarr."""
-        if self.behind is not None:
-            self.behind.check()  # refuse before changing the ring
+        if self.background is not None:
+            self.background.check()  # refuse before changing the ring
         self.ram.write(chunk, pieces, new_specs, state)
         for key, spec in new_specs.items():
-            self.rows_of[key] = self.zarr.store.planned_rows(spec)
+            self.rows_of[key] = self.zarr.group.planned_rows(spec)
         rows = {}
         for key, ring in self.ram.rings.items():
-            chunk_rows = self.rows_of.get(key) or self.zarr.store.planned_rows(self.ram.specs[key])
+            chunk_rows = self.rows_of.get(key) or self.zarr.group.planned_rows(self.ram.specs[key])
             rows[key], self.current[key] = split_windows(ring, pieces, chunk_rows, self.current.get(key))
-        self._run(partial(self.windows.apply, _Task(rows, dict(new_specs), state)))
+        self._run(partial(self.windows.apply, _StoredRows(rows, dict(new_specs), state)))
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         return self.ram.read(key, start, stop)
@@ -316,8 +235,8 @@ class WriteThroughStorage:
 
     def wait(self) -> None:
         """Wait for the outstanding writes (not committed: that is :meth:`flush`)."""
-        if self.behind is not None:
-            self.behind.wait()
+        if self.background is not None:
+            self.background.wait()
 
     def flush(self, state: RingState) -> None:
         """Wait for the outstanding writes, write the open windows, commit ``state``."""
@@ -330,40 +249,50 @@ class WriteThroughStorage:
         The chunks of the windows open now are then copied to the new undo area in the background."""
         self.wait()
         local = self.location.is_local
-        if self.zarr.checkpoint_committed(state, drop=local):
+        if self.zarr.set_anchor(state, drop=local):
             if not local:
-                self._run(self.zarr.store.drop_undo)
+                self._run(self.zarr.group.drop_undo)
             self._run(self.windows.protect_open)  # the windows open at the checkpoint
 
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Reread the committed state and the ring from Zarr."""
         self.wait()
-        state, specs = self.zarr.load(verify=False)  # fill_from checks every chunk it reads
-        self.ram.fill_from(self.zarr.store, state, specs)
+        state, specs = self.zarr.load(verify=False)  # _fill checks every Zarr chunk it reads
+        self._fill(state, specs)
         self._reset()
         return state, specs
+
+    def _fill(self, state: RingState, specs: dict[str, KeySpec]) -> None:
+        """Replace the RAM rings by the rows of Zarr (every row written so far, byte for byte).
+
+        Raises:
+            DamagedMemoryError: a Zarr chunk read fails its checksum.
+        """
+        self.ram.reset(specs)
+        rows = min(self.capacity, state.total + 1) if state.last_chunk_rows else 0
+        if rows:
+            self.zarr.group.read_many(
+                [(key, ring[:, :rows], 0, rows) for key, ring in self.ram.rings.items()]
+            )
 
     def _reset(self) -> None:
         """Zarr was changed under the windows (a load or a restore): start afresh from the RAM ring."""
         self.windows.reset()
         self.current = {}
-        store = self.zarr.store
-        self.rows_of = {key: store.chunk_rows_of(key) for key in store.arrays} if store.is_open else {}
+        group = self.zarr.group
+        self.rows_of = {key: group.chunk_rows_of(key) for key in group.arrays} if group.is_open else {}
 
     def restore(self, target: RingState, current: RingState) -> RingState:
         """Return Zarr to ``target`` (undo area included), then reread the ring from it."""
         self.wait()
-        state = self.zarr.restore(target, current, verify=False)  # fill_from checks the chunks
-        if self.zarr.store.is_open:
-            self.ram.fill_from(self.zarr.store, state, self.zarr.store.committed_specs)
+        state = self.zarr.restore(target, current, verify=False)  # _fill checks the Zarr chunks
+        if self.zarr.group.is_open:
+            self._fill(state, self.zarr.group.committed_specs)
         self._reset()
         return state
 
     def close(self) -> None:
         """Wait for the outstanding writes and end the background thread."""
-        if self.behind is not None:
-            self.behind.close()
-            self.behind.check()
-
-    def state_dict(self) -> dict[str, int]:
-        return self.ram.state_dict()
+        if self.background is not None:
+            self.background.close()
+            self.background.check()

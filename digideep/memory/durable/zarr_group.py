@@ -18,7 +18,7 @@ state: ``anchor`` (the pointers of the newest checkpoint, or null), ``anchor_key
 ``undo_rows``. Only committed keys are loaded; an array left by an interrupted flush is recreated
 the next time its key is stored.
 
-The undo area (:mod:`digideep.memory.undo`) makes the anchor restorable exactly however far the
+The undo area (:mod:`digideep.memory.durable.undo`) makes the anchor restorable exactly however far the
 ring advanced since; it is deleted when the next anchor is committed.
 The record is one small JSON document written in a single store operation. With zarr >= 3.1.3 the
 ``LocalStore`` writes every file (chunks and metadata alike) to a temporary sibling and renames it
@@ -54,17 +54,17 @@ import google_crc32c
 import numpy as np
 import zarr
 
+from digideep.memory.durable.undo import UNDO, UndoArea
 from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
 from digideep.memory.location import Location
-from digideep.memory.ring import RingState
-from digideep.memory.undo import UNDO, UndoArea
+from digideep.memory.ring import FIELDS, RingState
 
 __all__ = [
     "ATTR",
     "FORMAT",
     "ZARR_MIN",
     "DamagedMemoryError",
-    "ZarrStore",
+    "ZarrGroup",
     "check_zarr_version",
     "damaged_chunks",
 ]
@@ -76,7 +76,6 @@ FORMAT = 3  # version of the layout above (1: no undo area, 2: undo area of rows
 RING_FRACTION = 16  # a chunk holds at most 1/16 of the ring, so a flush rewrites only the chunks it changes
 ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
 _THREADS = 8  # keys read or written at once (each read fetches up to zarr's async.concurrency chunks)
-_FIELDS = ("pos", "size", "total", "last_chunk_rows")
 
 try:  # read straight into the ring, without a temporary copy (zarr 3 API)
     from zarr.core.buffer.cpu import NDBuffer as _NDBuffer
@@ -126,10 +125,10 @@ def _record_crc(record: dict) -> int:
 
 
 def _ring_state(record: dict) -> RingState:
-    return RingState(*(int(record[k]) for k in _FIELDS))
+    return RingState(*(int(record[k]) for k in FIELDS))
 
 
-class ZarrStore:
+class ZarrGroup:
     """One memory's Zarr group: create or open it, write and read row ranges, commit the pointers.
 
     Args:
@@ -168,7 +167,7 @@ class ZarrStore:
         self.compression = compression
         self.name = name
         check_zarr_version()
-        self.group: zarr.Group | None = None
+        self.root: zarr.Group | None = None  # the opened zarr group itself
         self.arrays: dict[str, zarr.Array] = {}
         self.committed = RingState()
         self.committed_specs: dict[str, KeySpec] = {}
@@ -181,7 +180,7 @@ class ZarrStore:
     # -- opening -------------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
-        return self.group is not None
+        return self.root is not None
 
     def create(self) -> None:
         """Create an empty group and commit the empty state.
@@ -197,7 +196,7 @@ class ZarrStore:
                 f"memory '{self.name}': {self.location} already holds {what}; call load() to continue "
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
-        self.group = self.location.open_group("w")
+        self.root = self.location.open_group("w")
         self.arrays, self.undo.arrays = {}, {}
         self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
         self.rowwise_undo = False
@@ -252,10 +251,10 @@ class ZarrStore:
             raise DamagedMemoryError(
                 f"memory '{self.name}': the commit record in {self.location} is damaged: {error!r}"
             ) from None
-        self.group = self.location.open_group("r+")
+        self.root = self.location.open_group("r+")
         self.arrays = {}
         for key, spec in specs.items():
-            array = self.group.get(key[1:])
+            array = self.root.get(key[1:])
             expected = (self.num_workers, self.capacity, *spec.shape)
             if not isinstance(array, zarr.Array) or array.shape != expected or array.dtype != spec.dtype:
                 found = (
@@ -267,7 +266,7 @@ class ZarrStore:
                     "something else than this memory"
                 )
             self.arrays[key] = array
-        self.undo.open(self.group, anchor_keys if undo_rows else (), self.arrays)
+        self.undo.open(self.root, anchor_keys if undo_rows else (), self.arrays)
         self.rowwise_undo = record.get("format") == 2 and undo_rows > 0
         self.committed, self.committed_specs = state, specs
         self.anchor, self.anchor_keys, self.undo_rows = anchor, anchor_keys, undo_rows
@@ -286,11 +285,11 @@ class ZarrStore:
     # -- writing -------------------------------------------------------------------------------
     def create_array(self, key: str, spec: KeySpec) -> None:
         """Create (or recreate, dropping leftovers of an interrupted flush) the array of ``key``."""
-        assert self.group is not None
+        assert self.root is not None
         if key.split("/")[1] == UNDO:
             raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the undo area; rename it")
         rows = self.planned_rows(spec)
-        self.arrays[key] = self.group.create_array(
+        self.arrays[key] = self.root.create_array(
             key[1:],
             shape=(self.num_workers, self.capacity, *spec.shape),
             chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
@@ -344,7 +343,7 @@ class ZarrStore:
         anchor_keys: tuple[str, ...],
         undo_rows: int,
     ) -> None:
-        assert self.group is not None
+        assert self.root is not None
         record = {
             "format": 2 if self.rowwise_undo else FORMAT,
             "num_workers": self.num_workers,
@@ -355,7 +354,7 @@ class ZarrStore:
             "anchor_keys": list(anchor_keys),
             "undo_rows": undo_rows,
         }
-        self.group.attrs.update({ATTR: {**record, "crc32c": _record_crc(record)}})
+        self.root.attrs.update({ATTR: {**record, "crc32c": _record_crc(record)}})
         self.committed, self.committed_specs = state, dict(specs)
         self.anchor, self.anchor_keys, self.undo_rows = anchor, tuple(anchor_keys), undo_rows
 
@@ -366,12 +365,12 @@ class ZarrStore:
         Call it before those rows are overwritten, then commit ``undo_rows=rows``: an interrupted
         copy leaves the committed ``undo_rows`` as it was.
         """
-        assert self.group is not None and self.anchor is not None
+        assert self.root is not None and self.anchor is not None
         if self.rowwise_undo:
             start = (self.anchor.pos + self.undo_rows) % self.capacity
-            self.undo.save_rows(self.group, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
+            self.undo.save_rows(self.root, self.arrays, self.anchor_keys, start, rows - self.undo_rows)
         else:
-            self.undo.save(self.group, self.arrays, self.anchor_keys, self.anchor.pos, self.undo_rows, rows)
+            self.undo.save(self.root, self.arrays, self.anchor_keys, self.anchor.pos, self.undo_rows, rows)
 
     def restore(self, target: RingState) -> tuple[RingState, dict[str, KeySpec]]:
         """Return the store to ``target`` (a checkpoint's state) and make that the anchor.
@@ -391,10 +390,10 @@ class ZarrStore:
             if self.rowwise_undo:
                 self.undo.apply_rows(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             else:
-                self.undo.apply(self.group, self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
+                self.undo.apply(self.root, self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             specs = {key: self.committed_specs[key] for key in self.anchor_keys}
             self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
-            self.undo.drop(self.group)
+            self.undo.drop(self.root)
             self.rowwise_undo = False
         state = self.committed.rolled_back(target, self.capacity)
         if state != self.committed or self.anchor != state or self.undo_rows:
@@ -411,7 +410,7 @@ class ZarrStore:
 
     def drop_undo(self) -> None:
         """Delete the undo area (the commit record no longer refers to it)."""
-        self.undo.drop(self.group)
+        self.undo.drop(self.root)
 
     # -- reading -------------------------------------------------------------------------------
     def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:
