@@ -44,6 +44,11 @@ class Trial:
     cwd: Path | None = None
 
     @property
+    def last_record(self) -> int:
+        """The journal record a kill may follow at most: a few before the run's end (10 of 6 epochs)."""
+        return 2 * self.cpanel["number_epochs"] - 2
+
+    @property
     def session(self) -> Path:
         return Path(self.root) / self.name
 
@@ -78,7 +83,7 @@ def after_record(trial: Trial, records: int, delay: float) -> Callable[[], bool]
 
 def kill_random(trial: Trial) -> None:
     """SIGKILL up to 1.5 s after a random journal record (a random moment of an iteration)."""
-    records, delay = trial.rng.randint(1, 10), trial.rng.uniform(0.0, 1.5)
+    records, delay = trial.rng.randint(1, trial.last_record), trial.rng.uniform(0.0, 1.5)
     trial.note(
         trial.train().kill_when(after_record(trial, records, delay)),
         f"killed {delay:.2f} s after record {records}",
@@ -101,7 +106,7 @@ def kill_at_checkpoint(trial: Trial) -> None:
 
 def kill_after_journal(trial: Trial) -> None:
     """SIGKILL right after the metrics journal grew (while the tracker's thread sends and flushes)."""
-    records = trial.rng.randint(1, 10)
+    records = trial.rng.randint(1, trial.last_record)
     trial.note(trial.train().kill_when(after_record(trial, records, 0.0)), f"killed after record {records}")
 
 
@@ -151,7 +156,7 @@ def stop_with(signum: int) -> Callable[[Trial], None]:
             moment, delay = 0, trial.rng.uniform(0.5, 5.0)
             due = lambda: time.monotonic() - process.started >= delay  # noqa: E731
         else:  # mid-training: up to 1.5 s after a random journal record
-            moment, delay = trial.rng.randint(1, 10), trial.rng.uniform(0.0, 1.5)
+            moment, delay = trial.rng.randint(1, trial.last_record), trial.rng.uniform(0.0, 1.5)
             due = after_record(trial, moment, delay)
         while process.running() and not due():
             time.sleep(0.01)
