@@ -89,6 +89,7 @@ from common import machine
 from digideep.pipeline import components, runner_state
 from digideep.pipeline import runner as runner_module
 from digideep.pipeline.checkpoint import latest_checkpoint
+from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import resolve_params
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
@@ -178,9 +179,8 @@ def new_runner(root: Path | str, name: str) -> tuple[Runner, Session]:
     resolved = resolve_params(PARAMS, None, dict(CPANEL))
     params = resolved.params
     params["tracking"] = {"enabled": False}
-    session = Session(
-        root=root, name=name, params_name=resolved.module, torch_threads=params["session"]["torch_threads"]
-    )
+    session = Session(root=root, name=name, params_name=resolved.module)
+    set_torch_threads(params["session"]["torch_threads"])
     session.write_params(resolved.module, resolved.cpanel, params)
     return Runner(session, params), session
 

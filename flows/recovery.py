@@ -34,7 +34,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import LogSort
 from prefect.states import Crashed
 
-from digideep.pipeline.session import _working_folder
+from digideep.pipeline.upload_cache import working_folder
 from digideep.utility.location import Location
 
 TAIL_LINES = 50
@@ -44,7 +44,7 @@ KILLED_PREFIX = "[killed attempt] "
 RECENT_LOGS = 200
 """Newest flow-run log records read to find the last line Prefect holds (the API's page size)."""
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \w+\s+(\S+): (.*)$")
-"""A record's first line in ``log.txt`` (:data:`digideep.pipeline.session.LOG_FORMAT`)."""
+"""A record's first line in ``log.txt`` (:data:`digideep.pipeline.run_logging.LOG_FORMAT`)."""
 RunLogger = logging.Logger | logging.LoggerAdapter
 """What :func:`prefect.get_run_logger` returns."""
 UNFINISHED = [StateType.RUNNING, StateType.PENDING]
@@ -129,9 +129,7 @@ def read_log(session: Location) -> list[str]:
     checkpoint: when the killed attempt ran on this machine, that copy holds the lines after the
     last checkpoint and is read instead.
     """
-    candidates = (
-        [] if session.is_local else [Location(_working_folder(session.url, session.name) / "log.txt")]
-    )
+    candidates = [] if session.is_local else [Location(working_folder(session.url, session.name) / "log.txt")]
     for log in [*candidates, session / "log.txt"]:
         try:
             return log.read_text().splitlines()

@@ -48,6 +48,7 @@ __all__ = [
     "check_device",
     "configure_determinism",
     "requested_determinism",
+    "set_torch_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,15 @@ def _has_images(space: gym.Space) -> bool:
 def requested_determinism(params_value: bool | None) -> bool:
     """Whether deterministic mode is on: ``$DIGIDEEP_DETERMINISTIC=1`` or ``session.deterministic``."""
     return os.environ.get(DETERMINISTIC_ENV, "") not in ("", "0") or bool(params_value)
+
+
+def set_torch_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` when given (``session.torch_threads`` of the params).
+
+    Process-wide, and part of what a seed learns: torch's CPU kernels split their sums by thread.
+    """
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def configure_determinism(enabled: bool) -> None:

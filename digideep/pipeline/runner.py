@@ -42,6 +42,7 @@ from digideep.pipeline.rng import seed_everything
 from digideep.pipeline.runner_state import RunnerStateMixin, resume_checkpoint
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
+from digideep.pipeline.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.location import Location
 from digideep.utility.monitoring import Monitor, monitor
@@ -72,6 +73,8 @@ class Runner(RunnerStateMixin):
             ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
         journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
+        uploads: what uploads a URL session's working files at each checkpoint (before its commit);
+            the session's own :class:`~digideep.pipeline.upload_cache.UploadCache` by default.
 
     Attributes:
         monitor: the run's own :class:`~digideep.utility.monitoring.Monitor`: episode statistics of
@@ -88,8 +91,10 @@ class Runner(RunnerStateMixin):
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
         journal: MetricsJournal | None = None,
+        uploads: UploadCache | None = None,
     ) -> None:
         self.session = session
+        self.uploads = uploads if uploads is not None else UploadCache(session.location, session.path)
         self.params = params
         self.tracker = tracker
         if journal is None and "train" in modes:

@@ -35,6 +35,7 @@ from digideep.pipeline.counters import Counters
 from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.rng import rng_state, set_rng_state
 from digideep.pipeline.session import Session
+from digideep.pipeline.upload_cache import UploadCache
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
@@ -57,6 +58,7 @@ class RunnerStateMixin:
     memories: dict[str, Any]
     monitor: Any
     journal: MetricsJournal | None
+    uploads: UploadCache
     tracker: Any
     keep_checkpoints: int
 
@@ -92,7 +94,7 @@ class RunnerStateMixin:
         # The lease must outlive the upload and the commit: a host whose session was taken over
         # (it was cut off past the lease's expiry) must not commit over the new holder's checkpoints.
         self.session.ensure_held(margin=LEASE_MARGIN)
-        self.session.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
+        self.uploads.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
         saved = pending.commit()
         for memory in self.memories.values():  # committed: now the undo areas may go
             memory.checkpoint_committed()

@@ -1,4 +1,4 @@
-"""The Session: one run's folder, its lock, its log file and its device.
+"""The Session: one run's folder and its lock (a lease on object storage).
 
 A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
 
@@ -6,7 +6,7 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
     params.json        the resolved params tree
     session.json       params module, creation time, digideep version, tracking ids, and the
                        folders of the run's own code (``import_paths``, :mod:`digideep.utility.user_code`)
-    log.txt            a copy of the console log
+    log.txt            a copy of the console log (:mod:`digideep.pipeline.run_logging`)
     checkpoints/       checkpoint-<iteration>/{runner.json, states.pt, commit.json}
     metrics.jsonl      the metrics journal (:mod:`digideep.tracking.journal`)
     memory/<name>.zarr the durable copies of the replay memories
@@ -27,12 +27,16 @@ Processes forked after the lock was taken (the environment workers) share it unt
 another machine resumes from there alone: ``params.json``, ``cpanel.json``, ``session.json`` and
 ``done.json`` are written there directly (one PUT each), checkpoints are committed there by their
 record (:mod:`digideep.pipeline.checkpoint`). Files that grow line by line are kept in a local
-working folder, ``data/cache/<name>-<hash of the URL>/``, and uploaded: ``log.txt`` and the
-metrics journal ``metrics.jsonl`` at every checkpoint (before its commit) and when the session
-closes, ``videos/`` and the learning curve when it closes. Reopening a URL session downloads the
-log and the journal first, so the log goes on and the journal is rewound to the checkpoint as on
-disk. The store is probed before anything is written: a missing bucket, refused credentials or an
+working folder, ``data/cache/<name>-<hash of the URL>/``, and uploaded by the run
+(:mod:`digideep.pipeline.upload_cache`). Reopening a URL session to run it downloads the log and
+the journal first, so the log goes on and the journal is rewound to the checkpoint as on disk. The
+store is probed before anything is written: a missing bucket, refused credentials or an
 unreachable endpoint fail in seconds with one line naming the URL.
+
+Device choice, the log file, the uploads and torch's threads are the run's, not the folder's: the
+Session still answers which device was requested (:mod:`digideep.pipeline.devices`), while
+:func:`digideep.pipeline.training.open_run` attaches the :class:`~digideep.pipeline.run_logging.RunLog`,
+hands the :class:`~digideep.pipeline.upload_cache.UploadCache` to the Runner and sets the threads.
 
 On a URL the lock is a lease (:mod:`digideep.pipeline.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
@@ -43,7 +47,6 @@ sooner but stops a host cut off from the store sooner too; tests of host failure
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -63,7 +66,8 @@ from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
 from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease, exit_process
 from digideep.pipeline.lease_store import LEASE_FILE
-from digideep.utility.files import atomic_write_bytes, atomic_write_json
+from digideep.pipeline.upload_cache import restore_working_files, working_folder
+from digideep.utility.files import atomic_write_json
 from digideep.utility.location import Location
 
 __all__ = [
@@ -77,11 +81,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("data") / "sessions"
-CACHE_ROOT = Path("data") / "cache"
-"""Local working folders of sessions on object storage (``<name>-<hash of the URL>``)."""
-UPLOADED = ("log.txt", "metrics.jsonl", "learning_curve.png")
-"""Files of a URL session's working folder that are uploaded to it (with ``videos/``)."""
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 LEASE_TTL_VARIABLE = "DIGIDEEP_LEASE_TTL"
 """Seconds a URL session's lease lives without renewal (120 when unset)."""
 
@@ -144,19 +143,19 @@ def check_session_root(root: str | Path) -> None:
 
 
 class Session:
-    """A run folder with a lock, a log file and the compute device.
+    """A run folder with a lock, and the compute device it was asked for.
 
     Args:
         root: folder that holds sessions: a local path or an fsspec URL (``s3://bucket/prefix``).
         name: the session's name; generated from the time and ``params_name`` when None.
         params_name: the parameter module's name, used for generated names.
         resume: open an existing session instead of creating a new one.
-        torch_threads: ``torch.set_num_threads`` value, when given.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; None takes ``session.device`` from
             the params (:meth:`configure_device`), else auto. ``--device`` (``$DIGIDEEP_DEVICE``)
             wins over both. See :mod:`digideep.pipeline.devices`.
-        lock: take the session's lock and copy the log into it. ``False`` opens an existing
-            session for reading (playing a checkpoint while training goes on).
+        lock: take the session's lock (a URL session's: its lease, and download its log and
+            journal to go on with them). ``False`` opens an existing session for reading (playing
+            a checkpoint while training goes on).
 
     Raises:
         UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
@@ -171,7 +170,6 @@ class Session:
         params_name: str = "session",
         *,
         resume: bool = False,
-        torch_threads: int | None = None,
         device: str | None = None,
         lock: bool = True,
     ) -> None:
@@ -187,7 +185,7 @@ class Session:
         self.url = self.location.url
         self.remote = not self.location.is_local
         self.path = (
-            self.location.local if self.location.local is not None else _working_folder(self.url, self.name)
+            self.location.local if self.location.local is not None else working_folder(self.url, self.name)
         )
         if resume:
             check_session_exists(root, self.name)
@@ -199,17 +197,12 @@ class Session:
         self._lock = FileLock(self.path / ".lock", timeout=0, thread_local=False)
         self._owner_path = self.path / ".lock.json"
         self._lease: Any = None
-        self._log_handler: logging.Handler | None = None
         self._locked = lock
         self._new_parents = [folder for folder in self.path.parents if not folder.exists()]  # for discard
         if self.remote:
             self._open_remote(resume, lock)
         else:
             self._open_local(resume, lock)
-        if lock:
-            self._attach_log_file()
-        if torch_threads:
-            torch.set_num_threads(torch_threads)
         how = ("resumed" if lock else "opened to read") if resume else "new"
         log.info("session %s (%s), device %s", self.url, how, self.device_request)
 
@@ -244,12 +237,7 @@ class Session:
             for folder in (self.path, self.videos_path, self.path / "memory"):
                 folder.mkdir(parents=True, exist_ok=True)
             if lock and resume:  # the log goes on; the journal is rewound to the checkpoint later
-                for name in ("log.txt", "metrics.jsonl"):
-                    local = self.path / name
-                    try:
-                        atomic_write_bytes(local, (self.location / name).read_bytes())
-                    except FileNotFoundError:
-                        local.unlink(missing_ok=True)
+                restore_working_files(self.location, self.path)
         except BaseException:
             self._release_lease()
             raise
@@ -363,7 +351,7 @@ class Session:
             {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **summary}
         )
 
-    # -- lock and log --------------------------------------------------------------------------
+    # -- lock and lease --------------------------------------------------------------------
     def _acquire_lock(self) -> None:
         try:
             self._lock.acquire()
@@ -403,50 +391,11 @@ class Session:
             self._lease.release()
             self._lease = None
 
-    def upload(self, *names: str) -> None:
-        """Copy working-folder files (``log.txt``, ``metrics.jsonl``, ...) to a URL session.
-
-        No-op for a local session, whose files are in place. Missing files are skipped.
-        """
-        if not self.remote:
-            return
-        if self._log_handler is not None:
-            self._log_handler.flush()
-        for name in names:
-            local = self.path / name
-            if local.is_file():
-                (self.location / name).put_file(local)
-
-    def _upload_all(self) -> None:
-        """Upload the log, the journal, the learning curve and the videos not yet uploaded."""
-        self.upload(*UPLOADED)
-        if self.videos_path.is_dir():
-            present = (self.location / "videos").files()
-            for video in sorted(self.videos_path.rglob("*")):
-                name = video.relative_to(self.videos_path).as_posix()
-                if video.is_file() and name not in present:
-                    (self.location / "videos" / name).put_file(video)
-
-    def _attach_log_file(self) -> None:
-        handler = logging.FileHandler(self.log_path, encoding="utf-8")
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        logging.getLogger().addHandler(handler)
-        self._log_handler = handler
-
     def close(self) -> None:
-        """Upload what a URL session keeps locally, release the lock, detach the log file.
+        """Release the lock (a URL session's lease). Safe to call twice.
 
-        Safe to call twice.
+        The run uploads what a URL session keeps locally before (:mod:`digideep.pipeline.upload_cache`).
         """
-        if self._log_handler is not None:
-            try:
-                if self.remote:
-                    self._upload_all()
-            except Exception as error:  # the checkpoints are committed; losing a log tail is not fatal
-                log.warning("could not upload the session's files to %s: %s", self.url, error)
-            logging.getLogger().removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
         if self.remote:
             self._release_lease()
             self._locked = False
@@ -461,12 +410,9 @@ class Session:
         For a start that failed before any training (a tracking server that does not answer, an
         agent that cannot be built): nothing of it stays, neither the folder (nor the empty folders
         made for it, such as ``data/sessions``) nor, for a URL session, its files, working folder or
-        lease. Never call it on a session with checkpoints.
+        lease. Never call it on a session with checkpoints; close its
+        :class:`~digideep.pipeline.run_logging.RunLog` first.
         """
-        if self._log_handler is not None:  # detached first: a URL session's close uploads the log
-            logging.getLogger().removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
         if self.remote:  # the files first, then the lease (``.lease.json``), so no one opens it meanwhile
             for child in self.location.children():
                 if child.name != LEASE_FILE:
@@ -516,11 +462,6 @@ def lease_ttl() -> float:
             f"needs the lease held {LEASE_MARGIN:g} s more); unset it (120) or set e.g. 30"
         )
     return ttl
-
-
-def _working_folder(url: str, name: str) -> Path:
-    """The local working folder of the URL session ``url``: ``data/cache/<name>-<8 hex of the URL>``."""
-    return CACHE_ROOT / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:8]}"
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -17,17 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from digideep.errors import UsageError
+from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import ResolvedParams, resolve_params
+from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import Runner, StageCall, call_directly
 from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.pipeline.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
 from digideep.utility.user_code import IMPORT_PATHS, code_folders, use_code_folders
 
-__all__ = ["RunHandle", "close_run", "open_run", "run_training"]
+__all__ = ["RunHandle", "close_run", "held_session", "open_run", "run_training"]
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,14 @@ NOTE_TAG = "mlflow.note.content"
 
 @dataclass
 class RunHandle:
-    """A run ready to train: its session, runner and tracker."""
+    """A run ready to train: its session, runner and tracker, and the log file it writes."""
 
     session: Session
     runner: Runner
     tracker: Any
     resumed_from: Path | str | None
+    log: RunLog | None = None
+    """The session's ``log.txt`` while the run holds it (closed by :func:`close_run`)."""
 
 
 def open_run(
@@ -79,10 +82,11 @@ def open_run(
         if session_name is None:
             raise UsageError("resuming needs a session name (the folder under --session-path)")
         session = Session(root=root, name=session_name, resume=True)
+        run_log = RunLog(session.log_path)
         try:
-            return _reopen(session, tags)
+            return _reopen(session, run_log, tags)
         except BaseException:
-            session.close()
+            _end_session(session, run_log)
             raise
 
     if params is None:
@@ -94,12 +98,9 @@ def open_run(
     else:
         overrides = cpanel if isinstance(cpanel, dict) else None
         resolved = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
-    session = Session(
-        root=root,
-        name=session_name,
-        params_name=resolved.module,
-        torch_threads=resolved.params.get("session", {}).get("torch_threads"),
-    )
+    session = Session(root=root, name=session_name, params_name=resolved.module)
+    run_log = RunLog(session.log_path)
+    set_torch_threads(resolved.params.get("session", {}).get("torch_threads"))
     runner = None
     try:
         folders = code_folders(resolved.params, resolved.module, resolved.file)
@@ -109,24 +110,58 @@ def open_run(
             tags = {**(tags or {}), NOTE_TAG: description}
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         # built before the MLflow run starts: a start that fails leaves neither a run nor a session
-        runner = Runner(session, resolved.params, journal=journal)
+        runner = Runner(session, resolved.params, journal=journal, uploads=_uploads(session))
         runner.tracker = tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
     except BaseException:
         if runner is not None:
             runner.close()
+        run_log.close()  # before the files go
         session.discard()
         raise
     try:  # the MLflow run exists now: a failure here keeps the session (its run names it)
         if tracker is not None:
             tracker.log_params(runner.resolved_settings())
-        return RunHandle(session, runner, tracker, None)
+        return RunHandle(session, runner, tracker, None, run_log)
     except BaseException:
         runner.close()
-        session.close()
+        _end_session(session, run_log)
         raise
 
 
-def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
+@contextmanager
+def held_session(root: str | Path, name: str) -> Iterator[Session]:
+    """Hold an existing session for work other than training (``digideep runs sync``).
+
+    As a run does: its log goes on in ``log.txt``, and on the way out a URL session's working files
+    (the log, the journal, a learning curve drawn meanwhile) are uploaded before the lock is released.
+
+    Raises:
+        UsageError: the session does not exist or is in use.
+    """
+    session = Session(root=str(root), name=name, resume=True)
+    run_log = RunLog(session.log_path)
+    try:
+        yield session
+    finally:
+        _end_session(session, run_log)
+
+
+def _uploads(session: Session) -> UploadCache:
+    """What uploads the working files of ``session`` (nothing to do for a local one)."""
+    return UploadCache(session.location, session.path)
+
+
+def _end_session(session: Session, run_log: RunLog | None) -> None:
+    """Upload what a URL session keeps locally, detach the log file, release the lock."""
+    try:
+        _uploads(session).close()
+    finally:
+        if run_log is not None:
+            run_log.close()
+        session.close()
+
+
+def _reopen(session: Session, run_log: RunLog, tags: dict[str, str] | None) -> RunHandle | None:
     params = session.read_json("params.json")
     cpanel = session.read_json("cpanel.json")
     if session.is_done:
@@ -138,11 +173,9 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
             options = {"record": session.update_info, "checkpoints": session.checkpoints_location}
             options |= settings.get("args", {})
             log.info("%s", sync_session(session.path, session.info(), params, cpanel, done=True, **options))
-        session.close()
+        _end_session(session, run_log)
         return None
-    threads = params.get("session", {}).get("torch_threads")
-    if threads:
-        torch.set_num_threads(threads)
+    set_torch_threads(params.get("session", {}).get("torch_threads"))
     # the newest checkpoint that resumes exactly (damaged ones passed over with a line), before
     # tracking starts; its memory is restored and checked, the journal rewound to it
     resumed = Runner.resume(session)  # none whole: refused in one line, not started over
@@ -153,11 +186,11 @@ def _reopen(session: Session, tags: dict[str, str] | None) -> RunHandle | None:
         (session.path / "memory").mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
-        runner = Runner(session, params, journal=journal)
-        return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None)
+        runner = Runner(session, params, journal=journal, uploads=_uploads(session))
+        return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None, run_log)
     runner, found = resumed
     log.info("resuming session %s from %s", session.url, found.path)
-    return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), found.path)
+    return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), found.path, run_log)
 
 
 def _track(
@@ -209,14 +242,15 @@ def _open_tracker(
 
 
 def close_run(handle: RunHandle, status: str) -> None:
-    """End the run: tracker status (FINISHED, FAILED or KILLED), environments, session lock."""
+    """End the run: tracker status (FINISHED, FAILED or KILLED), environments, uploads, log file,
+    session lock."""
     try:
         if handle.tracker is not None:
             handle.tracker.log_learning_curve()
             handle.tracker.finish(status)
     finally:
         handle.runner.close()
-        handle.session.close()
+        _end_session(handle.session, handle.log)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 
@@ -51,8 +52,8 @@ def make_runner(root: Path, params: dict[str, Any]) -> Runner:
     """A Runner in a fresh session under ``root`` (close it with :func:`close`), with the params'
     ``torch_threads`` as ``digideep train`` runs it: the process's thread count changes what a seed
     learns (torch's CPU kernels split their sums by thread)."""
-    threads = params.get("session", {}).get("torch_threads")
-    session = Session(root=root, name="run", device="cpu", torch_threads=threads)
+    session = Session(root=root, name="run", device="cpu")
+    set_torch_threads(params.get("session", {}).get("torch_threads"))
     return Runner(session, params, modes=tuple(params["explorer"]))
 
 
@@ -68,5 +69,7 @@ def iterate(runner: Runner, iterations: int) -> list[dict[str, float]]:
 
 
 def close(runner: Runner) -> None:
+    """Close as ``close_run`` does: environments and memories, a URL session's uploads, the lock."""
     runner.close()
+    runner.uploads.close()
     runner.session.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from digideep.pipeline.session import LOG_FORMAT
+from digideep.pipeline.run_logging import LOG_FORMAT
 from flows.recovery import unsent_tail
 
 

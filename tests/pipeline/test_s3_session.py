@@ -21,6 +21,7 @@ import pytest
 
 from digideep.errors import UsageError
 from digideep.pipeline import checkpoint as ckpt
+from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.session import Session
 from digideep.utility.location import Location
 from tests.agents.runner_setup import close, iterate, small_params
@@ -57,6 +58,7 @@ def test_a_session_on_s3_keeps_every_file_in_the_bucket(s3, s3_bucket, in_tmp):
 
     root = f"s3://{s3_bucket}/sessions"
     session = Session(root=root, name="run", device="cpu")
+    run_log = RunLog(session.log_path)  # as open_run attaches it
     assert session.url == f"{root}/run" and session.memory_url("train") == f"{root}/run/memory/train.zarr"
     session.write_params("params.demo", {"seed": 0}, sac_params())
     runner = Runner(session, sac_params(), modes=("train",))
@@ -67,6 +69,7 @@ def test_a_session_on_s3_keeps_every_file_in_the_bucket(s3, s3_bucket, in_tmp):
     runner.session.mark_done(iterations=3)
     logging.getLogger("digideep.test").warning("hello log file")
     close(runner)
+    run_log.close()
 
     found = keys(s3, s3_bucket, "sessions/run/")
     for name in ("params.json", "cpanel.json", "session.json", "done.json", "log.txt", "metrics.jsonl"):

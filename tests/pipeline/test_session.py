@@ -18,12 +18,16 @@ from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DEVICE_ENV, auto_device, available_devices, configure_determinism
+from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.session import Session
 from tests.helpers import CUDA
 
 
 def test_new_session_creates_its_layout_and_files(tmp_path):
-    with Session(root=tmp_path, name="s1", params_name="params.demo") as session:
+    with (
+        Session(root=tmp_path, name="s1", params_name="params.demo") as session,
+        RunLog(session.log_path),
+    ):
         session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
         logging.getLogger("digideep.test").warning("hello log file")
         assert session.checkpoints_path.is_dir() and session.videos_path.is_dir()
