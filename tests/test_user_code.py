@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
-from digideep.tracking.runs import main_runs
 from digideep.utility.user_code import code_folders, use_code_folders
 
 DIGIDEEP = Path(sys.executable).parent / "digideep"

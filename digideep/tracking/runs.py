@@ -1,15 +1,8 @@
 """Reading runs back from MLflow: the ``digideep runs`` table and learning-curve comparisons.
 
-::
-
-    digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--session-path P | --data-root DIR]
-    digideep runs compare RUN|EXPERIMENT|STUDY ... [--metric KEY] [--out PNG]
-    digideep runs register RUN [--name NAME] [--model model|best_model]
-    digideep runs ui [--port PORT]
-
 The table shows the train return (``last``, ``best``) and the deterministic test return
 (``test_last``, ``test_best``); the trials of a tune study (``flows/tune.py``) are listed under their
-study's parent run.
+study's parent run. The command line around these functions is :mod:`digideep.cli.runs`.
 
 The functions read MLflow through its client API only. The store is found as the tracker finds it
 (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///data/mlflow.db``), see
@@ -19,16 +12,10 @@ of runs trained with ``--session-path P`` (:func:`~digideep.tracking.naming.data
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from mlflow import MlflowClient
 
@@ -37,16 +24,11 @@ from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
-    add_store_options,
-    data_root_of,
-    is_http_uri,
     mlflow_key,
-    resolve_tracking_uri,
     sqlite_path,
     tracking_uri_of,
 )
 from digideep.tracking.plots import plot_learning_curves
-from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree
 
 __all__ = [
     "DEFAULT_RETURN_METRIC",
@@ -54,7 +36,6 @@ __all__ = [
     "differing_params",
     "format_table",
     "list_runs",
-    "main_runs",
     "open_client",
     "write_learning_curve",
     "write_run_curves",
@@ -307,139 +288,3 @@ def _runs_named(client: MlflowClient, name: str) -> list[Any]:
         f"no run '{name}' (nor an experiment or tune study of that name) at {client.tracking_uri}; "
         "list runs with 'digideep runs'"
     )
-
-
-# -- command line ---------------------------------------------------------------------------------
-STORE_HELP = (
-    "The store is --tracking-uri, else $MLFLOW_TRACKING_URI, else the embedded store that 'digideep "
-    "train' writes beside its sessions folder: data/mlflow.db for the default data/sessions, and "
-    "for 'digideep train --session-path P' the same store with 'digideep runs --session-path P' "
-    "(P/../mlflow.db; data/mlflow.db for an s3:// P)."
-)
-
-
-SUBCOMMANDS = """commands:
-  digideep runs [--experiment E]                 list the runs of every experiment (or of E)
-  digideep runs compare RUN|EXPERIMENT|STUDY...  plot their learning curves into a PNG
-  digideep runs register RUN [--name N]          register a run's policy as an MLflow model
-  digideep runs sync SESSION                     send what a session's MLflow run lacks (after an outage)
-  digideep runs ui [--port P]                    start the MLflow UI on 127.0.0.1
-
-'digideep runs COMMAND --help' shows a command's options."""
-
-
-def _parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"digideep runs{' ' + command if command else ''}",
-        description=textwrap.fill(STORE_HELP, 100),
-        epilog=None if command else SUBCOMMANDS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_store_options(parser)
-    parser.add_argument(
-        "--metric",
-        default=COMPARE_METRIC if command == "compare" else DEFAULT_RETURN_METRIC,
-        help="return metric (default: %(default)s)",
-    )
-    if command == "compare":
-        parser.add_argument(
-            "run_ids", nargs="+", metavar="RUN", help="run ids, experiment names or tune study names"
-        )
-        parser.add_argument(
-            "--out", help="PNG to write (default: runs_compare.png in the data folder, beside the store)"
-        )
-    elif command == "register":
-        parser.add_argument("run_id", metavar="RUN", help="a run id from 'digideep runs'")
-        parser.add_argument("--name", help="registered model name (default: the run's experiment name)")
-        parser.add_argument(
-            "--model", default="model", help="the run's logged model: model (final) or best_model"
-        )
-        parser.add_argument("--alias", help="also point this alias at the new version (models:/NAME@ALIAS)")
-    elif command == "ui":
-        parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: %(default)s)")
-    else:
-        parser.add_argument("--experiment", help="experiment name (default: every experiment with runs)")
-    return parser
-
-
-def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """``digideep runs [compare RUN ... | ui]``: returns the exit code; bad input raises UsageError."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    out = out or sys.stdout
-    command = argv[0] if argv and argv[0] in ("compare", "register", "ui") else ""
-    args = _parser(command).parse_args(argv[1:] if command else argv)
-    if args.session_path is not None:  # the store the tracker chose for sessions there
-        args.data_root = str(data_root_of(args.session_path))
-    if command == "ui":
-        return _run_ui(args.tracking_uri, args.data_root, args.port)
-    with http_limits(
-        retries=2, timeout=30
-    ):  # a server that stops answering fails the command, never hangs it
-        return _list_or_compare(command, args, out)
-
-
-def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
-    client = open_client(args.tracking_uri, args.data_root)
-    if command == "register":
-        return _register(client, args, out)
-    if command == "compare":
-        target = args.out or Path(args.data_root) / "runs_compare.png"
-        png = compare_runs(args.run_ids, args.metric, target, client=client)
-        out.write(f"wrote {png}\n")
-        return 0
-    names = [args.experiment] if args.experiment else _experiments_with_runs(client)
-    if not names:
-        out.write(f"no runs at {client.tracking_uri}\n")
-    for name in names:
-        out.write(
-            f"experiment {name}\n{format_table(list_runs(name, metric=args.metric, client=client))}\n\n"
-        )
-    return 0
-
-
-def _register(client: MlflowClient, args: argparse.Namespace, out: TextIO) -> int:
-    from digideep.tracking.model import MODEL_ARTIFACTS, register_model
-
-    which = {artifact: key for key, artifact in MODEL_ARTIFACTS.items()}.get(args.model)
-    if which is None:
-        raise UsageError(f"unknown model '{args.model}'; choose one of {sorted(MODEL_ARTIFACTS.values())}")
-    name = args.name
-    if not name:
-        try:
-            run = client.get_run(args.run_id)
-        except Exception:
-            raise UsageError(
-                f"no run '{args.run_id}' at {client.tracking_uri}; list runs with 'digideep runs'"
-            ) from None
-        name = client.get_experiment(run.info.experiment_id).name
-    version = register_model(client, args.run_id, name, which, alias=args.alias)
-    alias = f" (alias '{args.alias}')" if args.alias else ""
-    out.write(f"registered {args.model} of run {args.run_id} as '{name}' version {version}{alias}\n")
-    return 0
-
-
-def _experiments_with_runs(client: MlflowClient) -> list[str]:
-    experiments = client.search_experiments(order_by=["name ASC"])
-    return [e.name for e in experiments if client.search_runs([e.experiment_id], max_results=1)]
-
-
-def _run_ui(tracking_uri: str | None, data_root: str, port: int) -> int:
-    uri, artifacts = resolve_tracking_uri(tracking_uri, data_root)
-    if is_http_uri(uri):
-        raise UsageError(f"the tracking server at {uri} serves the UI already; open it in a browser")
-    check_port_free(port, "the MLflow UI")
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    if artifacts:
-        command += ["--artifacts-destination", artifacts]
-    # MLflow's job runner (for GenAI jobs digideep never submits) is 8 more processes importing mlflow,
-    # which print KeyboardInterrupt tracebacks when the UI stops during their start; a user's setting wins
-    environment = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    with stop_on_signals():  # Ctrl-C, SIGTERM and SIGHUP stop mlflow ui and its workers
-        ui = subprocess.Popen(command, start_new_session=True, env=environment)
-        try:
-            return ui.wait()
-        except KeyboardInterrupt:
-            return 130
-        finally:
-            stop_tree(ui, first=signal.SIGTERM)

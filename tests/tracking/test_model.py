@@ -22,11 +22,11 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.tracking.model import build_policy
-from digideep.tracking.runs import main_runs
 from digideep.utility.location import Location
 from tests.pipeline.test_resume import run, train_command
 

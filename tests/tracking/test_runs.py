@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
+from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.runs import (
@@ -17,7 +18,6 @@ from digideep.tracking.runs import (
     differing_params,
     format_table,
     list_runs,
-    main_runs,
     write_learning_curve,
 )
 

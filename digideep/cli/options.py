@@ -1,0 +1,117 @@
+"""The options that train, resume and play share, the options of a new run, and the exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.utility.location import is_url
+
+__all__ = [
+    "EXIT_STATUS",
+    "EXIT_USAGE",
+    "NEW_RUN_OPTIONS",
+    "add_common_options",
+    "add_train_options",
+    "new_run_options",
+    "split_session",
+]
+
+EXIT_USAGE = 2
+EXIT_STATUS = (
+    "exit status: 0 trained (or stopped at max_iterations or max_wall_time), 2 bad input; "
+    "130 stopped by Ctrl-C (SIGINT), 143 stopped by SIGTERM: both after writing a checkpoint, "
+    "with one line saying how to resume (digideep resume SESSION)"
+)
+"""The exit statuses of training, in ``--help`` (the stop codes are a shell's: 128 + the signal)."""
+
+NEW_RUN_OPTIONS = {
+    "params": "--params",
+    "cpanel": "--cpanel",
+    "session_name": "--session-name",
+    "msg": "--msg",
+    "dry_run": "--dry-run",
+}
+"""Options of a new run, which resume and play refuse (``dest``: option)."""
+
+
+def add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    """The options of a new run, then the common ones (``required``: whether ``--params`` is)."""
+    parser.add_argument(
+        "--params",
+        required=required,
+        metavar="MODULE",
+        help="parameter file: a module name (params.pendulum_sac: the current folder's params/ if it "
+        "has one, else the files installed with digideep) or a path to a .py file anywhere, each with "
+        "cpanel and gen_params",
+    )
+    parser.add_argument(
+        "--cpanel", metavar="JSON", help="cpanel overrides as a JSON object, e.g. '{\"seed\": 1}'"
+    )
+    parser.add_argument(
+        "--session-name", metavar="NAME", help="session folder name (default: time and params name)"
+    )
+    add_common_options(parser)
+    parser.add_argument(
+        "--no-prefect",
+        action="store_true",
+        help="run the plain Runner.train() loop instead of the Prefect train flow",
+    )
+    parser.add_argument(
+        "--msg",
+        metavar="TEXT",
+        help="the run's description: MLflow's note (mlflow.note.content) and 'description' in session.json",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the params, build the envs and agents, print the params tree; write nothing",
+    )
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """``--session-path``, ``--log-level``, ``--device`` and ``--deterministic``."""
+    parser.add_argument(
+        "--session-path",
+        metavar="PATH",
+        default=str(DEFAULT_ROOT),
+        help=f"folder holding sessions (default: {DEFAULT_ROOT}), or a URL such as s3://bucket/sessions "
+        "(credentials and endpoint from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="console log level (default: INFO)",
+    )
+    parser.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="auto, cpu, cuda or cuda:N for every agent; overrides session.device of the params "
+        "(default: auto, which puts off-policy and CNN agents on CUDA and small on-policy MLPs on the CPU)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic algorithms (repeatable runs on one GPU, at some cost in speed)",
+    )
+
+
+def new_run_options(args: argparse.Namespace) -> str:
+    """The options of a new run given in ``args``, e.g. ``"--cpanel and --session-name"`` (or "")."""
+    given = [
+        option for dest, option in NEW_RUN_OPTIONS.items() if getattr(args, dest, None) not in (None, False)
+    ]
+    return " and ".join(given)
+
+
+def split_session(session: str, session_path: str) -> tuple[str, str]:
+    """Accept a session name (under ``session_path``), a path to the session folder or its URL."""
+    if is_url(session):
+        root, _, name = session.rstrip("/").rpartition("/")
+        return root, name
+    path = Path(session)
+    if path.is_dir() and (path / "params.json").exists():
+        return str(path.parent), path.name
+    return session_path, session

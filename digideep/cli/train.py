@@ -1,0 +1,220 @@
+"""``digideep train`` and ``digideep resume``: through the Prefect train flow, or ``--no-prefect``.
+
+Every check of the input (params, session name and folder, the MLflow server) runs before anything
+is written, so that bad input is one line and exit status 2 with nothing left on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from digideep.cli.options import new_run_options, split_session
+from digideep.errors import UsageError
+from digideep.pipeline.params import ResolvedParams, resolve_params
+from digideep.pipeline.session import check_session_exists, check_session_name, check_session_root
+from digideep.pipeline.signals import RunStoppedError, exit_code
+from digideep.utility.location import Location
+
+__all__ = ["command_resume", "command_train"]
+
+log = logging.getLogger(__name__)
+
+
+def command_train(args: argparse.Namespace) -> int:
+    """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
+    resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
+    if args.session_name is not None:
+        check_session_name(args.session_name)
+    check_session_root(args.session_path)  # a local folder: not a file, writable
+    root = Location(args.session_path)
+    root.check()  # a URL: the store answers and the bucket exists (seconds), before anything is written
+    if args.session_name and _session_exists(root, args.session_name):
+        raise UsageError(
+            f"session '{(root / args.session_name).url}' already exists; "
+            "resume it with 'digideep resume' or choose another --session-name"
+        )
+    if args.dry_run:
+        return _dry_run(resolved)
+    _check_tracking_server(resolved.params, args.session_path)
+    return _train(
+        args.params,
+        args.cpanel,
+        args.session_name,
+        args.session_path,
+        resume=False,
+        no_prefect=args.no_prefect,
+        description=args.msg,
+        resolved=resolved,
+    )
+
+
+def _check_tracking_server(params: dict[str, Any], session_path: str) -> None:
+    """Refuse a new run whose MLflow server does not answer (one request), before anything is written.
+
+    Only where the run would fail on it: tracking on and ``required`` (the default), and a server
+    (``http(s)://``; an embedded store is created with the run). The run's tracker would fail the same
+    way, but after making its session (deleted again) and, under Prefect, inside a flow run.
+
+    Raises:
+        UsageError: one line naming the server and the error.
+    """
+    settings = params.get("tracking", {})
+    options = settings.get("args", {})
+    if not (settings.get("enabled", True) and options.get("required", True) and options.get("enabled", True)):
+        return
+    from digideep.tracking.failures import http_limits, one_line
+    from digideep.tracking.naming import data_root_of, is_http_uri, tracking_uri_of
+
+    uri = tracking_uri_of(options.get("tracking_uri"), data_root_of(session_path))
+    if not is_http_uri(uri):
+        return
+    from mlflow import MlflowClient
+
+    try:
+        with http_limits(retries=0, timeout=int(options.get("connect_timeout", 5))):
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as error:
+        raise UsageError(
+            f"MLflow tracking at {uri} does not answer ({one_line(error)}); check that the server is "
+            "reachable, point MLFLOW_TRACKING_URI at one that is, or turn tracking off"
+        ) from None
+
+
+def _dry_run(resolved: ResolvedParams) -> int:
+    """Build everything a run builds (in a temporary session), print the params tree, keep nothing.
+
+    No session folder, no MLflow run, no Prefect flow run: the temporary session (its Zarr memory
+    folders and log) is deleted on the way out.
+    """
+    import tempfile
+
+    from digideep.pipeline.runner import Runner
+    from digideep.pipeline.session import Session
+
+    with (
+        tempfile.TemporaryDirectory(prefix="digideep-dry-run-") as scratch,
+        Session(root=scratch, params_name=resolved.module) as session,
+    ):
+        runner = Runner(session, resolved.params, tracker=None)
+        try:
+            observation_space, action_space = runner.explorers["train"].make_environment.spaces()
+            log.info(
+                "dry run of %s: built %d agent(s), %d memory(ies), explorers %s; observations %s, "
+                "actions %s; nothing written",
+                resolved.module,
+                len(runner.agents),
+                len(runner.memories),
+                sorted(runner.explorers),
+                observation_space,
+                action_space,
+            )
+        finally:
+            runner.close()
+    print(
+        json.dumps(
+            {"params_module": resolved.module, "cpanel": resolved.cpanel, "params": resolved.params}, indent=2
+        )
+    )
+    return 0
+
+
+def command_resume(args: argparse.Namespace) -> int:
+    """Continue a session from its newest complete checkpoint.
+
+    Raises:
+        UsageError: an option of a new run was given (resume used to ignore it).
+    """
+    given = new_run_options(args)
+    if given:
+        raise UsageError(
+            f"{given} cannot be used with resume: a resumed session keeps its own name, params, cpanel and "
+            "description (its params.json); to change them, train a new session with --params"
+        )
+    root, name = split_session(args.session, args.session_path)
+    check_session_exists(root, name)  # before a Prefect server and a flow run are started for it
+    return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
+
+
+def _session_exists(root: Location, name: str) -> bool:
+    """Whether session ``name`` exists under ``root`` (any file under its prefix, on object storage)."""
+    session = root / name
+    return session.exists() if session.is_local else session.is_dir()
+
+
+def _train(
+    params: str | None,
+    cpanel: str | None,
+    name: str | None,
+    root: str,
+    *,
+    resume: bool,
+    no_prefect: bool,
+    description: str | None,
+    resolved: ResolvedParams | None = None,
+) -> int:
+    """Train a new run (``params`` with ``cpanel``) or resume session ``name`` under ``root``.
+
+    With ``--no-prefect`` the run takes ``resolved``, the params :func:`command_train` resolved.
+    The Prefect flow is an entry point of its own (deployments and retries call it with a module
+    name and a cpanel), so it takes the names and resolves them itself; :func:`command_train`
+    resolved them first only so that bad params fail in one line before a flow run exists.
+    """
+    from digideep.pipeline.params import parse_cpanel
+    from digideep.pipeline.training import open_run, run_training
+    from digideep.utility.processes import stop_on_signals
+
+    if no_prefect:
+        handle = open_run(
+            resolved or params,
+            None if resolved else cpanel,
+            session_name=name,
+            session_path=root,
+            resume=resume,
+            description=description,
+        )
+        reason = run_training(handle)
+        if handle is not None and exit_code(reason):
+            raise RunStoppedError(reason, handle.runner.counters.iteration, handle.session.name, root)
+    else:
+        train = _train_flow()
+        from flows.server import prefect_api
+
+        # the flow's own server (when none is configured) runs in a session of its own, so Ctrl-C
+        # stops only the run; SIGTERM and SIGHUP outside training interrupt like Ctrl-C does, so
+        # that the server is stopped on every way out. A stopped run raises RunStoppedError.
+        with stop_on_signals(), prefect_api():
+            result = train(
+                params=params or "",
+                cpanel=parse_cpanel(cpanel),
+                session_name=name,
+                session_path=root,
+                resume=resume,
+                description=description,
+            )
+        reason = result["stopped"]
+    log.info("done: %s", reason)
+    return 0
+
+
+def _train_flow() -> Callable[..., dict[str, Any]]:
+    """The Prefect ``train`` flow, from the ``flows`` package installed with digideep.
+
+    Imported here, when a command runs it: the library never imports prefect.
+
+    Raises:
+        UsageError: the ``flows`` package is not installed (an install older than this layout).
+    """
+    try:
+        from flows.train import train
+    except ModuleNotFoundError as error:
+        if error.name not in ("flows", "flows.train"):
+            raise  # flows is there but something it imports is missing: show it
+        raise UsageError(
+            "the Prefect flows (package 'flows') are not installed with digideep; reinstall it "
+            "('pip install .' in the repository) or pass --no-prefect"
+        ) from None
+    return train
