@@ -12,8 +12,9 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
+from digideep.memory.durable.integrity import check_zarr_version
 from digideep.memory.durable.undo import UndoArea
-from digideep.memory.durable.zarr_group import ZarrGroup, check_zarr_version
+from digideep.memory.durable.zarr_group import ZarrGroup
 
 from .chunks import make_chunk
 

@@ -18,6 +18,8 @@ Modules, from the memory down:
   or object storage (its arrays, the commit record, the layout formats, checksums);
 - :mod:`~digideep.memory.durable.undo`: :class:`UndoArea`, the anchor's Zarr chunks that later
   writes overwrote, so the newest checkpoint comes back byte for byte.
+- :mod:`~digideep.memory.durable.integrity`: what catches damage (the Zarr chunks' crc32c, the
+  commit record's, the zarr release with atomic writes).
 
 The contract these storages implement is :class:`digideep.memory.storage.Storage`; the guarantees
 they give after a crash are in the :mod:`digideep.memory` docstring.

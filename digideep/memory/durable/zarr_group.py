@@ -43,85 +43,32 @@ line naming it.
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import re
 from concurrent.futures import ThreadPoolExecutor
-from math import ceil, prod
+from math import prod
 
-import google_crc32c
 import numpy as np
 import zarr
 
+from digideep.memory.durable.integrity import check_zarr_version, raise_damage, record_crc, verify_chunks
 from digideep.memory.durable.undo import UNDO, UndoArea
 from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import FIELDS, RingState
 
-__all__ = [
-    "ATTR",
-    "FORMAT",
-    "ZARR_MIN",
-    "DamagedMemoryError",
-    "ZarrGroup",
-    "check_zarr_version",
-    "damaged_chunks",
-]
+__all__ = ["ATTR", "FORMAT", "DamagedMemoryError", "ZarrGroup"]
 
 logger = logging.getLogger(__name__)
 
 ATTR = "digideep_memory"  # name of the group attribute that holds the commit record
 FORMAT = 3  # version of the layout above (1: no undo area, 2: undo area of rows; both still read)
 RING_FRACTION = 16  # a chunk holds at most 1/16 of the ring, so a flush rewrites only the chunks it changes
-ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
 _THREADS = 8  # keys read or written at once (each read fetches up to zarr's async.concurrency chunks)
 
 try:  # read straight into the ring, without a temporary copy (zarr 3 API)
     from zarr.core.buffer.cpu import NDBuffer as _NDBuffer
 except ImportError:  # pragma: no cover - other zarr 3 releases
     _NDBuffer = None
-
-
-def check_zarr_version(version: str | None = None) -> None:
-    """Refuse zarr releases older than :data:`ZARR_MIN`, whose writes a crash can tear.
-
-    Raises:
-        RuntimeError: naming the installed version and the fix.
-    """
-    version = zarr.__version__ if version is None else version
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if match is not None and tuple(int(part) for part in match.groups()) < ZARR_MIN:
-        raise RuntimeError(
-            f"digideep's replay memory needs zarr >= {'.'.join(map(str, ZARR_MIN))} (atomic file writes), "
-            f"zarr {version} is installed; upgrade it: pip install 'zarr>={'.'.join(map(str, ZARR_MIN))},<4'"
-        )
-
-
-def damaged_chunks(array: zarr.Array, rows: int | None = None) -> list[str]:
-    """Store keys (below the group) of the chunks of ``array`` that fail to decode, in rows ``:rows``.
-
-    Each chunk is read alone: a crc32c mismatch (every array written since the checksum came), a
-    file of the wrong length or a compressed stream that does not decompress is damage. A chunk
-    that was never written reads as the fill value and is not damage.
-    """
-    rows = array.shape[1] if rows is None else rows
-    grid = [range(ceil(n / c)) if n else range(0) for n, c in zip(array.shape, array.chunks, strict=True)]
-    grid[1] = range(ceil(rows / array.chunks[1]))
-    found = []
-    for coords in itertools.product(*grid):
-        try:
-            array.get_block_selection(coords)
-        except (ValueError, RuntimeError, EOFError) as error:  # the codecs' errors for bad bytes
-            logger.debug("chunk %s of %s does not decode: %r", coords, array.path, error)
-            found.append(f"{array.path}/{array.metadata.encode_chunk_key(coords)}")
-    return found
-
-
-def _record_crc(record: dict) -> int:
-    """crc32c of a commit record (without its own ``crc32c`` field), over its canonical JSON."""
-    fields = {key: value for key, value in record.items() if key != "crc32c"}
-    return google_crc32c.value(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _ring_state(record: dict) -> RingState:
@@ -143,7 +90,7 @@ class ZarrGroup:
         name: shown in messages.
 
     Raises:
-        RuntimeError: if the installed zarr is older than :data:`ZARR_MIN`.
+        RuntimeError: if the installed zarr is older than :data:`~digideep.memory.durable.integrity.ZARR_MIN`.
     """
 
     def __init__(
@@ -228,7 +175,7 @@ class ZarrGroup:
                 f"memory '{self.name}': {self.location} has layout format {record.get('format')!r}, this "
                 f"version reads format {FORMAT}; open it with the digideep version that wrote it"
             )
-        if "crc32c" in record and record["crc32c"] != _record_crc(record):  # older records have none
+        if "crc32c" in record and record["crc32c"] != record_crc(record):  # older records have none
             raise DamagedMemoryError(
                 f"memory '{self.name}': the commit record in {self.location} is damaged (its crc32c differs)"
             )
@@ -354,7 +301,7 @@ class ZarrGroup:
             "anchor_keys": list(anchor_keys),
             "undo_rows": undo_rows,
         }
-        self.root.attrs.update({ATTR: {**record, "crc32c": _record_crc(record)}})
+        self.root.attrs.update({ATTR: {**record, "crc32c": record_crc(record)}})
         self.committed, self.committed_specs = state, dict(specs)
         self.anchor, self.anchor_keys, self.undo_rows = anchor, tuple(anchor_keys), undo_rows
 
@@ -435,7 +382,7 @@ class ZarrGroup:
         for (key, _, _, stop), future in futures:
             error = future.exception()
             if error is not None:
-                self._raise_damage(key, stop, error)
+                raise_damage(self.arrays[key], key, stop, error, self._what)
 
     def verify(self) -> None:
         """Read every chunk of every committed key, one row window at a time (a Zarr-only memory has
@@ -445,26 +392,11 @@ class ZarrGroup:
             DamagedMemoryError: naming the chunks that fail.
         """
         rows = min(self.capacity, self.committed.total + 1) if self.committed.last_chunk_rows else 0
-        for key in self.committed_specs:
-            array = self.arrays[key]
-            step = array.chunks[1]
-            for start in range(0, rows, step):
-                try:
-                    array[:, start : min(rows, start + step)]
-                except (ValueError, RuntimeError, EOFError) as error:
-                    self._raise_damage(key, rows, error)
+        verify_chunks(self.arrays, list(self.committed_specs), rows, self._what)
 
-    def _raise_damage(self, key: str, rows: int, error: BaseException) -> None:
-        """Raise :class:`DamagedMemoryError` naming the chunks of ``key`` that fail, or ``error`` if
-        every chunk reads well (the read failed for another reason: the network, the disk)."""
-        found = damaged_chunks(self.arrays[key], rows)
-        if not found:
-            raise error
-        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise DamagedMemoryError(
-            f"memory '{self.name}' at {self.location} is damaged: {len(found)} chunk(s) of key '{key}' "
-            f"fail their checksum ({shown})"
-        ) from None
+    @property
+    def _what(self) -> str:
+        return f"memory '{self.name}' at {self.location}"
 
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker: ``(W, stop - start, ...)``."""
