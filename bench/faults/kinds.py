@@ -19,6 +19,8 @@ from digideep.pipeline.checkpoint import COMMIT_FILE, SAVING_MARK, find_checkpoi
 
 STOP_BOUND = 60.0
 """Seconds a Ctrl-C or SIGTERM may take to stop a run (it takes a few): past it the stop hangs."""
+LOST_AFTER = 5.0
+"""Seconds after a stop's signal past which a run that writes ``done.json`` trained on: the signal was lost."""
 OUTAGE_SECONDS = (18.0, 22.0)
 """How long the object store stays down in an ``s3-outage`` trial (under the 120 s of retries)."""
 
@@ -160,7 +162,7 @@ def stop_with(signum: int) -> Callable[[Trial], None]:
             due = after_record(trial, moment, delay)
         while process.running() and not due():
             time.sleep(0.01)
-        signalled = time.monotonic()
+        signalled, signalled_at = time.monotonic(), time.time()
         process.signal_group(signum)
         ended = process.wait(timeout=STOP_BOUND)
         seconds = time.monotonic() - signalled
@@ -170,8 +172,11 @@ def stop_with(signum: int) -> Callable[[Trial], None]:
         stopped = re.search(rf"digideep: stopped by {name} at iteration (\d+)", ended.stderr)
         if stopped:
             trial.stop_steps.add(int(stopped.group(1)) * trial.cpanel["n_steps"])
+        done = trial.session / "done.json"
         if "Traceback" in ended.stderr or seconds >= STOP_BOUND:
             trial.problem = f"the stop: {ended.last_line()}"
+        elif done.exists() and done.stat().st_mtime > signalled_at + LOST_AFTER:
+            trial.problem = f"the {name} was lost: the run trained on and finished {done.stat().st_mtime - signalled_at:.0f} s later, exit {ended.code}"
         elif ended.code == -signum and (trial.session / "done.json").exists():
             trial.where += " (the signal ended it after training, with no line)"
         elif ended.code not in (0, 128 + signum) or (
