@@ -12,7 +12,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from digideep.agents.networks import EncodedObservations, ObservationEncoder
+from digideep.agents.encoders import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.errors import UsageError

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from digideep.agents.base import AgentBase
-from digideep.agents.networks import EncodedObservations, ObservationEncoder
+from digideep.agents.encoders import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.batches import Minibatch, Sequences, advantage_chunk, minibatches
 from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state

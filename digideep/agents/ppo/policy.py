@@ -2,7 +2,7 @@
 ``torch.distributions.Normal`` with a state-independent log-std for Box actions (``Categorical`` for
 Discrete ones), and an optional GRU whose state the Explorer carries as ``/agents/<name>/hidden_state``.
 
-With image observations (Atari) an :class:`~digideep.agents.networks.ObservationEncoder` (the Nature
+With image observations (Atari) an :class:`~digideep.agents.encoders.ObservationEncoder` (the Nature
 CNN, CleanRL's ``ppo_atari.py``) is a trunk that actor and critic share; the heads then are single
 linear layers by default (``hidden_sizes=()``).
 
@@ -24,7 +24,8 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from digideep.agents.base import PolicyBase
-from digideep.agents.networks import ObservationEncoder, init_orthogonal, mlp
+from digideep.agents.encoders import ObservationEncoder
+from digideep.agents.networks import init_orthogonal, mlp
 
 __all__ = ["ActorCriticPolicy"]
 
