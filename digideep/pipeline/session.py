@@ -16,10 +16,8 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
     done.json          written when training finished
 
 Only one process may use a session at a time: a second one is refused with a one-line message
-naming the holder. The lock is a kernel lock on ``.lock`` (:class:`filelock.FileLock`), so it dies
-with its holder: a crashed run leaves no stale lock to clean up, and no starter ever removes
-another's lock file (removing and retaking by hand let two starters hold the lock at once).
-Processes forked after the lock was taken (the environment workers) share it until they exit.
+naming the holder. The lock is a kernel lock on ``.lock`` that dies with its holder
+(:mod:`digideep.pipeline.session_lock`).
 
 **Sessions on object storage.** The root may be an fsspec URL (``--session-path s3://bucket/runs``,
 ``gs://...``; ``file://`` is a local path) with credentials and endpoint from the environment (see
@@ -49,7 +47,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import socket
@@ -57,15 +54,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
-from filelock import FileLock, Timeout
 
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN, acquire_session_lease, exit_process
+from digideep.pipeline.lease import acquire_session_lease, exit_process
 from digideep.pipeline.lease_store import LEASE_FILE
+from digideep.pipeline.session_lock import LOCK_FILES, FolderLock, lease_ttl
 from digideep.pipeline.upload_cache import restore_working_files, working_folder
 from digideep.utility.files import atomic_write_json
 from digideep.utility.location import Location
@@ -81,8 +77,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("data") / "sessions"
-LEASE_TTL_VARIABLE = "DIGIDEEP_LEASE_TTL"
-"""Seconds a URL session's lease lives without renewal (120 when unset)."""
 
 
 def default_session_name(params_name: str) -> str:
@@ -193,9 +187,7 @@ class Session:
             raise UsageError(
                 f"session '{self.url}' already exists; resume it or choose another --session-name"
             )
-        # thread_local=False: the Session owns the lock whichever thread (a Prefect task) closes it
-        self._lock = FileLock(self.path / ".lock", timeout=0, thread_local=False)
-        self._owner_path = self.path / ".lock.json"
+        self._lock = FolderLock(self.path)
         self._lease: Any = None
         self._locked = lock
         self._new_parents = [folder for folder in self.path.parents if not folder.exists()]  # for discard
@@ -219,7 +211,7 @@ class Session:
             ) from None
         if lock:
             try:
-                self._acquire_lock()
+                self._lock.acquire(self.path)
             except BaseException:
                 if not resume:
                     _remove_empty_tree(self.path)
@@ -352,17 +344,6 @@ class Session:
         )
 
     # -- lock and lease --------------------------------------------------------------------
-    def _acquire_lock(self) -> None:
-        try:
-            self._lock.acquire()
-        except Timeout:
-            holder = _read_owner(self._owner_path)
-            by = f"process {holder['pid']} on {holder['host']}" if holder else "another process"
-            raise UsageError(
-                f"session '{self.path}' is in use by {by}; wait for it to finish or stop it"
-            ) from None
-        atomic_write_json(self._owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
-
     def _acquire_lease(self) -> None:
         """Hold the session's lease on object storage (a lock that expires with a dead host)."""
         info = {
@@ -400,7 +381,6 @@ class Session:
             self._release_lease()
             self._locked = False
         if self._locked:
-            self._owner_path.unlink(missing_ok=True)  # still ours: the kernel lock is held until below
             self._lock.release()
             self._locked = False
 
@@ -420,7 +400,7 @@ class Session:
             self.close()
         else:
             for child in self.path.iterdir():  # held locked until only the lock files are left
-                if child.name not in (".lock", ".lock.json"):
+                if child.name not in LOCK_FILES:
                     Location(child).delete()
             self.close()
         shutil.rmtree(self.path, ignore_errors=True)
@@ -438,42 +418,6 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.url!r})"
-
-
-def lease_ttl() -> float:
-    """The lease's time to live: ``$DIGIDEEP_LEASE_TTL`` seconds, or 120.
-
-    At least twice the margin a checkpoint needs the lease held for (``lease.LEASE_MARGIN``, 15 s):
-    the lease is renewed every ttl / 4, so the margin is there between renewals with room to spare.
-
-    Raises:
-        UsageError: the variable is set but not a number of seconds of at least that.
-    """
-    value = os.environ.get(LEASE_TTL_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_TTL
-    try:
-        ttl = float(value)
-    except ValueError:
-        ttl = float("nan")
-    if not (ttl >= 2 * LEASE_MARGIN and math.isfinite(ttl)):  # refuses nan and inf too
-        raise UsageError(
-            f"{LEASE_TTL_VARIABLE}={value!r} is not a number of seconds >= {2 * LEASE_MARGIN:g} (a checkpoint "
-            f"needs the lease held {LEASE_MARGIN:g} s more); unset it (120) or set e.g. 30"
-        )
-    return ttl
-
-
-def _read_owner(path: Path) -> dict[str, Any] | None:
-    """The pid and host of the lock's holder, or None when unknown or left by a process now gone."""
-    try:
-        owner = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None  # the holder has not written it yet
-    pid = owner.get("pid") if isinstance(owner, dict) else None
-    if not isinstance(pid, int) or (owner.get("host") == socket.gethostname() and not psutil.pid_exists(pid)):
-        return None  # left by a crashed holder; the new one has not written its own yet
-    return owner
 
 
 def _remove_empty_tree(path: Path) -> None:

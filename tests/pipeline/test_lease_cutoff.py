@@ -30,7 +30,7 @@ import pytest
 
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.pipeline.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE, LEASE_LOST_EXIT
-from digideep.pipeline.session import LEASE_TTL_VARIABLE
+from digideep.pipeline.session_lock import LEASE_TTL_VARIABLE
 from digideep.utility.location import Location
 from tests.conftest import REPO
 from tests.helpers import assert_same_training

@@ -22,7 +22,7 @@ from mlflow import MlflowClient
 
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.pipeline.lease import LEASE_FILE
-from digideep.pipeline.session import LEASE_TTL_VARIABLE
+from digideep.pipeline.session_lock import LEASE_TTL_VARIABLE
 from digideep.utility.location import Location
 from tests.conftest import REPO
 from tests.helpers import assert_same_training
