@@ -24,7 +24,7 @@ from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
 from digideep.errors import UsageError
-from digideep.utility.processes import free_port, stop_tree, wait_for_http
+from digideep.utility.processes import free_port, stop_tree, terminated_with_parent, wait_for_http
 from digideep_stack.local_stack import executable
 
 __all__ = ["prefect_api"]
@@ -64,6 +64,7 @@ def prefect_api() -> Iterator[str]:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches digideep only: the flow keeps its API
+                preexec_fn=terminated_with_parent(),  # and a kill -9 of digideep does not leave it running
             )  # fmt: skip
         try:
             try:

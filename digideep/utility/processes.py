@@ -26,7 +26,15 @@ import psutil
 
 from digideep.errors import UsageError
 
-__all__ = ["check_port_free", "free_port", "ignoring_sigint", "stop_on_signals", "stop_tree", "wait_for_http"]
+__all__ = [
+    "check_port_free",
+    "free_port",
+    "ignoring_sigint",
+    "stop_on_signals",
+    "stop_tree",
+    "terminated_with_parent",
+    "wait_for_http",
+]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 T = TypeVar("T")
@@ -97,6 +105,30 @@ def stop_tree(process: subprocess.Popen, grace: float = 20.0, first: int = signa
             member.kill()
     psutil.wait_procs(tree, timeout=10)
     process.wait()
+
+
+def terminated_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when digideep dies, even by SIGKILL.
+
+    A child in a session of its own outlives a ``kill -9`` of its parent, whose cleanup never runs:
+    a helper server left behind that way would run on, unowned. ``PR_SET_PDEATHSIG`` (Linux) closes
+    that gap; a child whose parent died before the call exits at once. None elsewhere (no such
+    guarantee there). libc is loaded here, in the parent, so the forked child only makes the call.
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return set_parent_death_signal
 
 
 def free_port(host: str = "127.0.0.1") -> int:

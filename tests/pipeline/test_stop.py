@@ -73,7 +73,9 @@ def test_a_stop_mid_epoch_saves_the_partial_epoch_without_logging_it(tmp_path):
 def cli_command(root: Path, driver: str) -> list[str]:
     """``digideep train`` of :data:`STOPPABLE` as session ``s``: the plain loop or the Prefect flow."""
     command = train_command(root, "s", "params.pendulum_sac", STOPPABLE)
-    return [DIGIDEEP, "train", *command[3:]] if driver == "prefect" else command
+    if driver == "prefect":  # the console script, without the plain loop's --no-prefect
+        return [DIGIDEEP, "train", *(arg for arg in command[3:] if arg != "--no-prefect")]
+    return command
 
 
 def driver_env(run_env: dict, root: Path, driver: str) -> dict[str, str]:
@@ -204,3 +206,31 @@ def test_ctrl_c_stops_a_run_whose_environment_workers_are_processes(tmp_path, ru
     newest = latest_checkpoint(tmp_path / "s" / "checkpoints")
     assert stderr.endswith(f"digideep: stopped by SIGINT at iteration {newest.iteration}, checkpoint written; "
                            f"resume with: digideep resume s --session-path {tmp_path}\n")  # fmt: skip
+
+
+def test_a_run_killed_with_sigkill_leaves_no_temporary_prefect_server(tmp_path, run_env):
+    """The CLI's temporary Prefect server lives in a session of its own (a terminal's Ctrl-C must not
+    reach it), so nothing of digideep's cleanup stops it after a ``kill -9``: the kernel does."""
+    import psutil
+
+    process = subprocess.Popen(
+        cli_command(tmp_path, "prefect"), cwd=REPO, env=driver_env(run_env, tmp_path, "prefect"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if (tmp_path / "s" / "checkpoints").is_dir() and find_checkpoints(tmp_path / "s" / "checkpoints"):
+            break
+        time.sleep(0.05)
+    servers = [
+        child
+        for child in psutil.Process(process.pid).children(recursive=True)
+        if "server" in child.cmdline() and "start" in child.cmdline()
+    ]
+    assert servers, "the Prefect path started no temporary server"
+    process.kill()
+    process.wait()
+    _, alive = psutil.wait_procs(servers, timeout=30)
+    for server in alive:
+        server.kill()
+    assert not alive, f"{len(alive)} temporary server process(es) outlived the kill -9"
