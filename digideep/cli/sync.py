@@ -12,11 +12,11 @@ __all__ = ["command_sync", "sync_parser"]
 def command_sync(args: argparse.Namespace) -> int:
     """Send what a session's metrics journal, checkpoints and models hold that its MLflow run lacks,
     and end the run."""
-    from digideep.pipeline.session import Session
+    from digideep.pipeline.training import held_session
     from digideep.tracking.tracker import sync_session
 
     root, name = split_session(args.session, args.session_path)
-    with Session(root=root, name=name, resume=True) as session:  # refused while training runs
+    with held_session(root, name) as session:  # refused while training runs; logs to log.txt, uploads
         params = session.read_json("params.json")
         cpanel = session.read_json("cpanel.json")
         options = dict(params.get("tracking", {}).get("args", {}))
