@@ -217,31 +217,11 @@ def fault_markers(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench_stack(tmp_path_factory, mlflow_uri, fault_markers):
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from tests.flows.stacks import local_stack
 
-    from digideep_stack.local_stack import LocalStack
-    from tests.flows.test_train_flow import drain_prefect_clients
-    from tests.helpers import free_port
-
-    local = LocalStack(
-        port=free_port(),
-        home=tmp_path_factory.mktemp("prefect-benchmark"),
-        extra_env={
-            "MLFLOW_TRACKING_URI": mlflow_uri,
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PYTHONHASHSEED": "0",
-            "DIGIDEEP_BENCHMARK_TEST_DIR": str(fault_markers),
-        },
-    )
-    try:
-        local.up()
-        with temporary_settings({PREFECT_API_URL: local.api_url}):
-            try:
-                yield local
-            finally:
-                drain_prefect_clients()
-    finally:
-        local.stop()
+    home = tmp_path_factory.mktemp("prefect-benchmark")
+    with local_stack(home, mlflow_uri, DIGIDEEP_BENCHMARK_TEST_DIR=str(fault_markers)) as local:
+        yield local
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from digideep.memory import Memory
 from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.utility.location import Location
 from digideep_stack.local_stack import LocalStack
-from tests.helpers import assert_same_tensors, free_port
+from tests.flows.stacks import local_stack
+from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import final_state, run, train_command
 
 TINY = {"number_epochs": 6, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
@@ -32,39 +32,9 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, mlflow_uri, s3_server):
-    home = tmp_path_factory.mktemp("prefect")
-    local = LocalStack(
-        port=free_port(),
-        home=home,
-        extra_env={
-            "MLFLOW_TRACKING_URI": mlflow_uri,
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PYTHONHASHSEED": "0",
-            **s3_server.env,  # sessions on s3:// reach the test's S3 server
-        },
-    )
-    try:
-        local.up()
-        with temporary_settings({PREFECT_API_URL: local.api_url}):
-            try:
-                yield local
-            finally:
-                drain_prefect_clients()
-    finally:
-        local.stop()
-
-
-def drain_prefect_clients(timeout: float = 30.0) -> None:
-    """Send what flows run in this process left queued (events, logs) while their server is still up.
-
-    Otherwise Prefect's background workers keep them and, at interpreter exit, retry them against a
-    server that is gone, holding pytest's exit for minutes.
-    """
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        worker.drain_all(timeout=timeout)
+    # sessions on s3:// reach the test's S3 server
+    with local_stack(tmp_path_factory.mktemp("prefect"), mlflow_uri, **s3_server.env) as local:
+        yield local
 
 
 def start(deployment: str, parameters: dict) -> str:

@@ -14,11 +14,9 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from digideep_stack.local_stack import LocalStack
+from tests.flows.stacks import local_stack
 from tests.flows.test_train_flow import start, wait
-from tests.helpers import free_port
 
 PARAMS = str(Path(__file__).with_name("tune_params.py"))
 
@@ -26,22 +24,9 @@ PARAMS = str(Path(__file__).with_name("tune_params.py"))
 @pytest.fixture(scope="module")
 def tune_stack(tmp_path_factory, mlflow_uri):
     markers = tmp_path_factory.mktemp("tune-markers")
-    local = LocalStack(
-        port=free_port(),
-        home=tmp_path_factory.mktemp("prefect-tune"),
-        extra_env={
-            "MLFLOW_TRACKING_URI": mlflow_uri,
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PYTHONHASHSEED": "0",
-            "DIGIDEEP_TUNE_TEST_DIR": str(markers),
-        },
-    )
-    try:
-        local.up()
-        with temporary_settings({PREFECT_API_URL: local.api_url}):
-            yield local, markers
-    finally:
-        local.stop()
+    home = tmp_path_factory.mktemp("prefect-tune")
+    with local_stack(home, mlflow_uri, DIGIDEEP_TUNE_TEST_DIR=str(markers)) as local:
+        yield local, markers
 
 
 @pytest.mark.slow  # six trials through a server and a worker: about 8 minutes on 2 cores
