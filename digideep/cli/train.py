@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from digideep.cli.options import new_run_options, split_session
@@ -186,7 +187,7 @@ def _train(
         # the flow's own server (when none is configured) runs in a session of its own, so Ctrl-C
         # stops only the run; SIGTERM and SIGHUP outside training interrupt like Ctrl-C does, so
         # that the server is stopped on every way out. A stopped run raises RunStoppedError.
-        with stop_on_signals(), prefect_api():
+        with stop_on_signals(), prefect_api(), _refusals_in_one_line():
             result = train(
                 params=params or "",
                 cpanel=parse_cpanel(cpanel),
@@ -218,3 +219,28 @@ def _train_flow() -> Callable[..., dict[str, Any]]:
             "('pip install .' in the repository) or pass --no-prefect"
         ) from None
     return train
+
+
+class _UsageErrorRecords(logging.Filter):
+    """Drops the flow engine's records of a flow that raised :class:`UsageError`: its traceback
+    ("Encountered exception during execution") and its "Finished in state Failed(...)" line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], UsageError):
+            return False
+        return not (
+            record.getMessage().startswith("Finished in state Failed") and "UsageError" in record.getMessage()
+        )
+
+
+@contextmanager
+def _refusals_in_one_line() -> Iterator[None]:
+    """Bad input found inside the flow (a session with no whole checkpoint, say) stays one line on the
+    console, ``digideep: error: ...``, as on the plain loop; the flow run still ends Failed with it."""
+    engine = logging.getLogger("prefect.flow_runs")
+    refusals = _UsageErrorRecords()
+    engine.addFilter(refusals)
+    try:
+        yield
+    finally:
+        engine.removeFilter(refusals)

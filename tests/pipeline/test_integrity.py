@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,22 @@ def test_damage_no_checkpoint_survives_is_refused_in_one_line(
     errors = [line for line in result.stderr.splitlines() if said in line]
     assert len(errors) == 1 and "start a new session" in errors[0], result.stderr[-3000:]
     assert not (session / "done.json").exists()
+
+
+def test_a_refusal_on_the_prefect_path_is_one_line_too(sessions: dict, tmp_path: Path) -> None:
+    """The same refusal raised inside the train flow (``digideep resume`` without ``--no-prefect``):
+    Prefect's engine would log it with its traceback and its final state; the console keeps one line."""
+    name = "refused-on-the-flow-path"
+    damaged_copy(sessions, "killed", name, lambda s: [flip_byte(c / "states.pt", 200) for c in newest_two(s)])
+    env = {**sessions["env"], "PREFECT_HOME": str(tmp_path / "prefect")}  # its own temporary server
+    env.pop("PREFECT_API_URL", None)
+    command = [str(Path(sys.executable).with_name("digideep")), "resume", name]
+    result = subprocess.run(
+        [*command, "--session-path", str(sessions["root"])],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "Traceback" not in output and "Finished in state" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("digideep: error:")]
+    assert len(errors) == 1 and "start a new session" in errors[0], output[-3000:]
