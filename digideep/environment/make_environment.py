@@ -50,7 +50,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
-from gymnasium.wrappers import RecordEpisodeStatistics
+from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 from digideep.environment import atari as ale
 from digideep.environment import dmc
@@ -174,9 +174,19 @@ class MakeEnvironment:
             raise ValueError(f"unknown Gymnasium environment '{self.model_name}'; {hint}")
 
     def make_env(
-        self, rank: int = 0, mode: str = "train", render: bool = False, video_folder: str | Path | None = None
+        self,
+        rank: int = 0,
+        mode: str = "train",
+        render: bool = False,
+        video_folder: str | Path | None = None,
+        step_limit: int | None = None,
     ) -> gym.Env:
-        """One worker env with its per-worker wrappers (module doc); runs in the worker's process."""
+        """One worker env with its per-worker wrappers (module doc); runs in the worker's process.
+
+        ``step_limit`` truncates episodes after that many agent steps, counted outside every wrapper
+        but the video recorder (which then keeps the cut episode's video): for an Atari id
+        ``max_episode_steps`` counts emulator frames (the time limit sits under the frame skip), this
+        counts the agent's steps. The play tool's ``--n-step`` uses it."""
         self._register()
         kwargs = dict(self.env_kwargs)
         if self.max_episode_steps is not None:
@@ -195,6 +205,8 @@ class MakeEnvironment:
             env = _apply(env, entry, "wrapper")
         if mode != "train":
             _freeze_chain(env)
+        if step_limit is not None:
+            env = TimeLimit(env, step_limit)
         if render and video_folder is not None:
             env = VideoRecorder(env, video_folder, prefix=mode, rank=rank)
         return EnvState(env)

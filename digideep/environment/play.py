@@ -218,12 +218,18 @@ def play_env(
         )
     import_from_module(from_module)
     check_registered(model_name, from_module)
-    registered = MakeEnvironment(model_name, from_module=from_module).time_limit
-    cuts = registered is None or n_step < registered
-    # the cut is the env's own time limit, so that the video recorder keeps a cut run's video
-    maker = MakeEnvironment(model_name, from_module=from_module, max_episode_steps=n_step if cuts else None)
+    maker = MakeEnvironment(model_name, from_module=from_module)
+    cuts = maker.time_limit is None or n_step < maker.time_limit
+    # the cut counts agent steps (an Atari env's own limit counts emulator frames) and sits inside
+    # the video recorder, so that a cut run's video is kept
     try:
-        env = maker.make_env(rank=0, mode="play", render=video is not None, video_folder=video)
+        env = maker.make_env(
+            rank=0,
+            mode="play",
+            render=video is not None,
+            video_folder=video,
+            step_limit=n_step if cuts else None,
+        )
     except Exception as error:  # a missing optional package or a broken third-party env: one line
         raise UsageError(
             f"environment '{model_name}' could not be built: {type(error).__name__}: {_one_line(error)}"

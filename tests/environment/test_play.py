@@ -85,6 +85,13 @@ def test_zero_actions_cost_nothing_where_random_ones_do() -> None:
     assert random.episode_return < 0.0
 
 
+def test_an_atari_run_is_cut_after_n_agent_steps_not_emulator_frames() -> None:
+    pytest.importorskip("ale_py")
+    # the emulator runs with frameskip=1 under a 4-frame skip: a time limit there would cut at 50 / 4
+    (run,) = play_env("ALE/Pong-v5", n_step=50)
+    assert (run.length, run.ending) == (50, "cut")
+
+
 def test_custom_env_from_module_runs_to_its_own_end() -> None:
     # DigiOpaque-v0 never terminates (reward 0); its registered time limit is 50
     results = list(play_env("DigiOpaque-v0", from_module=TEST_ENVS, runs=2, n_step=100))
