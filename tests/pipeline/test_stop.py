@@ -84,6 +84,15 @@ def driver_env(run_env: dict, root: Path, driver: str) -> dict[str, str]:
     return {**env, "PREFECT_HOME": str(root / "prefect")} if driver == "prefect" else env
 
 
+def wait_for_first_checkpoint(process: subprocess.Popen, session: Path, timeout: float = 300) -> None:
+    """Return once ``session`` has a committed checkpoint (or ``process`` ended, or ``timeout`` passed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if (session / "checkpoints").is_dir() and find_checkpoints(session / "checkpoints"):
+            return
+        time.sleep(0.02)
+
+
 def stop_after_first_checkpoint(
     command: list[str], env: dict, root: Path, signum: int
 ) -> tuple[int, str, float]:
@@ -94,11 +103,7 @@ def stop_after_first_checkpoint(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group, as a shell makes for a job
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        if (root / "s" / "checkpoints").is_dir() and find_checkpoints(root / "s" / "checkpoints"):
-            break
-        time.sleep(0.02)
+    wait_for_first_checkpoint(process, root / "s")
     time.sleep(0.3)  # into the next epoch: a stop mid-epoch is the case that once logged a step more
     signalled = time.monotonic()
     os.killpg(process.pid, signum)
@@ -217,11 +222,7 @@ def test_a_run_killed_with_sigkill_leaves_no_temporary_prefect_server(tmp_path, 
         cli_command(tmp_path, "prefect"), cwd=REPO, env=driver_env(run_env, tmp_path, "prefect"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        if (tmp_path / "s" / "checkpoints").is_dir() and find_checkpoints(tmp_path / "s" / "checkpoints"):
-            break
-        time.sleep(0.05)
+    wait_for_first_checkpoint(process, tmp_path / "s")
     servers = [
         child
         for child in psutil.Process(process.pid).children(recursive=True)
