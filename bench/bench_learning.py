@@ -41,6 +41,16 @@ Reference (Hopper-v5, 50,000 frames, learning_starts 10,000, seeds 0 and 1, 10 e
 
 ``--json PATH`` writes the cells, the per-side means, the settings and the versions for a results
 table. Stable-Baselines3 is a bench extra (``pip install stable-baselines3``).
+
+Parity over seeds and environments: run each environment (or each seed) with ``--json``, then
+
+    python bench/bench_learning.py --combine hopper-seed*.json walker-seed*.json
+
+prints, per environment and over all of them, each side's mean with its 95 % stratified bootstrap
+interval, the difference of the means (digideep minus SB3) with its interval, and P(digideep > SB3)
+with its interval, every statistic from rliable (``digideep.report.statistics``, as ``digideep
+report`` computes them). Files of different settings (algorithm, frames, learning_starts,
+evaluation episodes, n_steps, threads, device) are refused in one line.
 """
 
 from __future__ import annotations
@@ -248,6 +258,72 @@ def versions() -> dict[str, str]:
     return found
 
 
+# -- parity over several result files --------------------------------------------------------------
+SAME_SETTINGS = ("algo", "frames", "learning_starts", "eval_episodes", "n_steps", "threads", "device")
+"""Settings every combined file must share (environments and seeds may differ)."""
+
+
+def combine(paths: list[str]) -> str:
+    """The parity table of ``--json`` files: per environment and overall, from rliable.
+
+    Raises:
+        SystemExit: files of different settings, a cell that failed, or an environment with fewer
+            than 2 seeds on a side (one line).
+    """
+    from digideep.report.statistics import difference_interval, improvement_interval, score_interval
+
+    reports = [json.loads(Path(path).read_text()) for path in paths]
+    first = reports[0]["settings"]
+    for path, report in zip(paths, reports, strict=True):
+        differ = [k for k in SAME_SETTINGS if report["settings"].get(k) != first.get(k)]
+        if differ:
+            sys.exit(
+                f"bench_learning: {path} differs from {paths[0]} in {', '.join(differ)}; combine runs of one protocol"
+            )
+    scores: dict[str, dict[str, dict[int, float]]] = {}  # env -> side -> seed -> mean return
+    for path, report in zip(paths, reports, strict=True):
+        for cell in report["cells"]:
+            if "error" in cell:
+                sys.exit(f"bench_learning: {path}: {cell['side']} seed {cell['seed']} failed; run it again")
+            scores.setdefault(report["settings"]["env"], {}).setdefault(cell["side"], {})[cell["seed"]] = (
+                cell["mean"]
+            )
+    lines = [
+        f"{first['algo']}: digideep against SB3, {first['frames']} frames, learning_starts "
+        f"{first['learning_starts']}, {first['eval_episodes']} deterministic episodes; 95 % stratified "
+        "bootstrap intervals (rliable)",
+        f"{'env':<13} {'seeds':>5} {'digideep':>24} {'sb3':>24} {'difference':>26} {'P(digideep > sb3)':>22}",
+    ]
+    columns: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+    for env, sides in sorted(scores.items()):
+        if set(sides) != set(SIDES) or min(len(seeds) for seeds in sides.values()) < 2:
+            sys.exit(
+                f"bench_learning: {env} needs at least 2 seeds of each side ({', '.join(SIDES)}); run more"
+            )
+        ours, theirs = (np.array([sides[side][s] for s in sorted(sides[side])]) for side in SIDES)
+        mine, ref = score_interval(ours), score_interval(theirs)
+        diff = difference_interval(ours[:, None], theirs[:, None])
+        better = improvement_interval(ours[:, None], theirs[:, None])
+        lines.append(
+            f"{env:<13} {len(ours):>2}/{len(theirs):<2} {_interval(mine):>24} {_interval(ref):>24} "
+            f"{_interval(diff):>26} {_interval(better, 2):>22}"
+        )
+        columns["digideep"].append(ours)
+        columns["sb3"].append(theirs)
+    runs = {side: min(len(c) for c in cols) for side, cols in columns.items()}
+    if len(scores) > 1:  # rliable's matrices are (runs, tasks): the first seeds of each environment
+        ours, theirs = (np.stack([c[: runs[side]] for c in columns[side]], axis=1) for side in SIDES)
+        better = improvement_interval(ours, theirs)
+        lines.append(f"{'all':<13} {'':>5} {'':>24} {'':>24} {'':>26} {_interval(better, 2):>22}")
+    commits = sorted({r["versions"].get("digideep commit", "?") for r in reports})
+    lines.append(f"digideep commit(s): {', '.join(commits)}; {reports[0]['machine']}")
+    return "\n".join(lines)
+
+
+def _interval(interval: Any, digits: int = 1) -> str:
+    return f"{interval.point:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -284,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a smoke run that the figures do not come from: 2,000 frames, learning_starts 500, seed 0, "
         "1 episode, n_steps 500 (tests/docs runs the benchmarks this way)",
     )
+    parser.add_argument(
+        "--combine", nargs="+", metavar="JSON", help="print the parity table of --json files (see above)"
+    )
     parser.add_argument("--cell", nargs=2, metavar=("SIDE", "SEED"), help=argparse.SUPPRESS)  # child
     parser.add_argument("--cell-out", help=argparse.SUPPRESS)
     return parser
@@ -294,6 +373,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.cell:
         run_cell(args)
+        return
+    if args.combine:
+        print(combine(args.combine))
         return
     if args.quick:
         args.frames, args.learning_starts, args.seeds, args.eval_episodes, args.n_steps = (

@@ -11,6 +11,7 @@ from digideep.errors import UsageError
 from digideep.report.statistics import (
     aggregate_intervals,
     check_seeds,
+    difference_interval,
     improvement_interval,
     performance_profiles,
     sample_efficiency,
@@ -106,6 +107,21 @@ def test_probability_of_improvement_known_answers_and_rliable() -> None:
         {"p": [MATRIX, y]}, lambda a, b: np.array([metrics.probability_of_improvement(a, b)]), reps=REPS
     )
     assert (ours.low, ours.high) == (direct["p"][0, 0], direct["p"][1, 0])
+
+
+def test_difference_of_means_known_answer_and_rliable() -> None:
+    y = MATRIX[:5] - 0.3  # fewer runs than x, lower on both tasks
+    ours = difference_interval(MATRIX, y, reps=REPS, seed=3)
+    assert ours.point == pytest.approx(MATRIX.mean() - y.mean())
+    assert ours.low <= ours.point <= ours.high
+    np.random.seed(3)
+    _, direct = rly.get_interval_estimates(
+        {"d": [MATRIX, y]},
+        lambda a, b: np.array([metrics.aggregate_mean(a) - metrics.aggregate_mean(b)]),
+        reps=REPS,
+    )
+    assert (ours.low, ours.high) == (direct["d"][0, 0], direct["d"][1, 0])
+    assert difference_interval(MATRIX, MATRIX, reps=REPS).point == 0.0
 
 
 def test_one_seed_is_refused_in_one_line() -> None:
