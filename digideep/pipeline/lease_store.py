@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from digideep.errors import UsageError
+from digideep.utility.store_retry import BOTOCORE_RETRIES, StoreUnavailableError, retrying
 
 __all__ = [
     "LEASE_FILE",
@@ -66,7 +67,11 @@ class S3LeaseStore:
 
     Credentials, region and endpoint come from the environment as boto3 reads them
     (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...). Requests time out
-    within ``timeout`` seconds so that a heartbeat never hangs past its lease.
+    within ``timeout`` seconds so that a heartbeat never hangs past its lease. A request that fails
+    transiently is retried for up to ``timeout`` seconds more by
+    :func:`~digideep.utility.store_retry.retrying`, as every request of a session is; botocore's own
+    retries are off (:data:`~digideep.utility.store_retry.BOTOCORE_RETRIES`): their jitter drew from
+    Python's global ``random``, on the heartbeat's thread, at moments that depend on the network.
     """
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
@@ -74,11 +79,12 @@ class S3LeaseStore:
         self.url = f"{url.rstrip('/')}/{LEASE_FILE}"
         self.bucket = parsed.netloc
         self.key = f"{parsed.path.strip('/')}/{LEASE_FILE}".lstrip("/")
+        self.timeout = timeout
         self.client = _s3_client(timeout)
 
     def read(self) -> Stored | None:
         try:
-            answer = self._call(self.client.get_object, Bucket=self.bucket, Key=self.key)
+            answer = self._call("read", self.client.get_object, Bucket=self.bucket, Key=self.key)
         except LeaseMissingError:
             return None
         body = answer["Body"].read()
@@ -99,10 +105,11 @@ class S3LeaseStore:
         return self._put(body, IfMatch=token)
 
     def delete(self, token: str) -> None:
-        self._call(self.client.delete_object, Bucket=self.bucket, Key=self.key, IfMatch=token)
+        self._call("delete", self.client.delete_object, Bucket=self.bucket, Key=self.key, IfMatch=token)
 
     def _put(self, body: bytes, **condition: str) -> str:
         answer = self._call(
+            "write",
             self.client.put_object,
             Bucket=self.bucket,
             Key=self.key,
@@ -112,11 +119,11 @@ class S3LeaseStore:
         )
         return answer["ETag"]
 
-    def _call(self, method: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    def _call(self, what: str, method: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
-            return method(**kwargs)
+            return retrying(lambda: method(**kwargs), what, self.url, seconds=self.timeout)
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", ""))
             status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -137,9 +144,10 @@ class S3LeaseStore:
             raise UsageError(
                 f"no credentials for {self.url}; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
             ) from None
-        except BotoCoreError as error:
+        except (BotoCoreError, StoreUnavailableError) as error:
+            cause = error.__context__ if isinstance(error, StoreUnavailableError) else error
             raise UsageError(
-                f"cannot reach the object store of {self.url} ({type(error).__name__}); "
+                f"cannot reach the object store of {self.url} ({type(cause or error).__name__}); "
                 "check AWS_ENDPOINT_URL and the network"
             ) from None
 
@@ -162,7 +170,7 @@ def _s3_client(timeout: float) -> Any:
             config = Config(
                 connect_timeout=timeout,
                 read_timeout=timeout,
-                retries={"max_attempts": 2, "mode": "standard"},
+                retries=dict(BOTOCORE_RETRIES),  # retried by store_retry, on a generator of its own
             )
             _CLIENTS[key] = boto3.session.Session().client("s3", config=config)
         return _CLIENTS[key]

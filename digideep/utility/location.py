@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from digideep.errors import UsageError
 from digideep.utility.files import atomic_write_bytes, fsync_dir
-from digideep.utility.store_retry import retrying
+from digideep.utility.store_retry import BOTOCORE_RETRIES, retrying
 
 __all__ = ["Location", "client_options", "environment_options", "is_url", "location_of"]
 
@@ -330,7 +330,7 @@ def client_options(protocol: str) -> dict[str, Any]:
     """
     options: dict[str, Any] = environment_options(protocol)
     if protocol in ("s3", "s3a"):
-        options["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
+        options["config_kwargs"] = {"retries": dict(BOTOCORE_RETRIES)}
     return options
 
 

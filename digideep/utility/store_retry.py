@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from digideep.errors import UsageError
 
 __all__ = [
+    "BOTOCORE_RETRIES",
     "RETRY_SECONDS_VARIABLE",
     "StoreUnavailableError",
     "is_transient",
@@ -55,6 +56,11 @@ _THROTTLING = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExc
 _SERVER_SIDE = {"InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed"}
 _DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
 _jitter = random.Random()  # its own stream: the global ones are checkpointed
+BOTOCORE_RETRIES = {"total_max_attempts": 1, "mode": "standard"}
+"""botocore's own retries, off: what every S3 client of digideep is configured with (``retries`` of
+botocore's ``Config``: the session's filesystems, the lease store), so that only :func:`retrying`
+retries. botocore's retries would add their few seconds, and their jitter draws from Python's global
+``random``, a stream that checkpoints hold: an outage would make a resumed run differ."""
 
 
 class StoreUnavailableError(UsageError):

@@ -13,6 +13,7 @@ import logging
 import math
 import multiprocessing
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,7 +39,9 @@ from digideep.pipeline.lease import (
     acquire_session_lease,
 )
 from digideep.pipeline.lease_holder import this_process
-from tests.s3 import moto_server
+from digideep.pipeline.lease_store import store_for
+from digideep.utility.store_retry import BOTOCORE_RETRIES
+from tests.s3 import StoreOutage, moto_server
 
 REPO = Path(__file__).resolve().parents[2]
 STARTERS = 8
@@ -344,3 +347,27 @@ def test_a_retry_of_the_holding_flow_run_waits_out_its_lease_and_takes_over(s3_b
         assert read_record(s3_bucket, "sessions/retried")["owner"] == lease.owner
     finally:
         lease.release()
+
+
+def test_the_lease_store_leaves_retrying_to_store_retry_and_never_draws_from_the_global_random(
+    s3_server, s3_bucket, s3_env, monkeypatch
+):
+    """botocore's retries drew their jitter from Python's global ``random`` on the heartbeat's thread,
+    a stream that checkpoints hold: a store that answered 503 made a resumed run differ."""
+    outage = StoreOutage(s3_server)  # in front of the test's server: answers 503 when told to
+    for key, value in outage.env.items():
+        monkeypatch.setenv(key, value)
+    url = f"s3://{s3_bucket}/sessions/jitter"
+    try:
+        assert store_for(url).client.meta.config.retries == BOTOCORE_RETRIES  # one attempt each
+        random.seed(12345)
+        before = random.getstate()
+        outage.answer(503, "SlowDown", 1)  # the first request (the read of the lease) is throttled
+        lease = acquire_session_lease(url, {}, ttl=30.0, heartbeat=20.0)
+        outage.answer(503, "SlowDown", 1)
+        assert lease.renew()
+        lease.release()
+        assert random.getstate() == before
+        assert read_record(s3_bucket, "sessions/jitter") is None  # taken, renewed and released all the same
+    finally:
+        outage.close()
