@@ -54,6 +54,7 @@ from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 from digideep.environment import atari as ale
 from digideep.environment import dmc
+from digideep.environment.headless import render_off_screen
 from digideep.environment.spaces import space_to_dict
 from digideep.environment.vector import LeanSyncVectorEnv
 from digideep.environment.wrappers import EnvState, SingleAgentAdapter, VideoRecorder
@@ -193,6 +194,7 @@ class MakeEnvironment:
             kwargs["max_episode_steps"] = self.max_episode_steps
         if render:
             kwargs["render_mode"] = "rgb_array"
+            render_off_screen()
         if self.atari is not None:
             kwargs = ale.make_kwargs(kwargs)
         env = gym.make(self.model_name, **kwargs)
