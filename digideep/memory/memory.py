@@ -21,7 +21,7 @@ from digideep.memory.durable.zarr_storage import DISK_CHUNK_BYTES, WRITE_THROUGH
 from digideep.memory.layout import KeySpec, validate_chunk
 from digideep.memory.location import Location
 from digideep.memory.ring import RingCursor, RingState, logical_to_physical, parse_state, ring_slices
-from digideep.memory.storage import RamStorage, Storage
+from digideep.memory.storage import PreparedRestore, RamStorage, Storage
 
 __all__ = ["Memory"]
 
@@ -254,21 +254,39 @@ class Memory:
         state, _ = self.storage.load()
         self.cursor.state = state
 
-    def restore(self, state: Mapping[str, int]) -> None:
+    def prepare_restore(self, state: Mapping[str, int]) -> PreparedRestore:
+        """Read back and check what :meth:`restore` to ``state`` brings back, changing nothing (no
+        file, no pointer): the chunk files it needs are listed, every chunk is read once and checked
+        against its checksum (into the next RAM ring, which :meth:`restore` then takes as it is).
+
+        A resume checks every memory this way before it restores any, so a refusal leaves the
+        session as it was. ``prepared.state`` is the state the restore gives (``state`` with fewer
+        rows when later stores overwrote some).
+
+        Raises:
+            ValueError: if ``state`` is of another layout or not a state of this memory's data.
+            FileNotFoundError: if ``state`` holds rows but nothing was flushed at :attr:`path`.
+            DamagedMemoryError: a chunk file is missing or a chunk fails its checksum; names them.
+        """
+        return self.storage.prepare_restore(self._ring_state(state), self.cursor.state)
+
+    def restore(self, state: Mapping[str, int], prepared: PreparedRestore | None = None) -> None:
         """Return to a saved state (a checkpoint's), data included: the one call a resume needs.
 
         From Zarr: the state of the newest checkpoint (the anchor, see :meth:`checkpoint_committed`)
         comes back byte for byte, with the rows later writes overwrote restored from the undo area;
         an older state loses its oldest rows that later stores overwrote (see
         :meth:`RingState.rolled_back`). The state restored becomes the anchor. A memory without a
-        path rolls back in RAM the same way.
+        path rolls back in RAM the same way. ``prepared``: :meth:`prepare_restore`'s for this
+        ``state`` (made now when not given); nothing is changed before every check passed.
 
         Raises:
             ValueError: if ``state`` is of another layout or not a state of this memory's data.
             FileNotFoundError: if ``state`` holds rows but nothing was flushed at :attr:`path`.
+            DamagedMemoryError: see :meth:`prepare_restore`.
         """
         target = self._ring_state(state)
-        self.cursor.state = self.storage.restore(target, self.cursor.state)
+        self.cursor.state = self.storage.restore(target, self.cursor.state, prepared)
 
     def state_dict(self) -> dict[str, int]:
         """Pointers and counters (never the data): the cursor's ``pos``, ``size``, ``total``,

@@ -10,6 +10,8 @@ import numpy as np
 
 from digideep.memory import frames
 from digideep.memory.layout import KeySpec, validate_chunk
+from digideep.memory.ring import RingState
+from digideep.memory.storage import PreparedRestore
 
 __all__ = ["RolloutMemory"]
 
@@ -142,6 +144,10 @@ class RolloutMemory:
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self._stored = int(state["stored"])
 
-    def restore(self, state: Mapping[str, int]) -> None:
+    def prepare_restore(self, state: Mapping[str, int]) -> PreparedRestore:
+        """Nothing to read or check: the restore gives the checkpoint's counters (whole, no ring)."""
+        return PreparedRestore(RingState(), RingState())
+
+    def restore(self, state: Mapping[str, int], prepared: PreparedRestore | None = None) -> None:
         """Return to a checkpoint's counters (the chunks are not kept: the next explore refills it)."""
         self.load_state_dict(state)

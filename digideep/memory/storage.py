@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zarr
@@ -32,9 +34,29 @@ from digideep.memory.layout import KeySpec, fill_value
 from digideep.memory.ring import RingState
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["Pieces", "RamStorage", "Storage"]
+__all__ = ["Pieces", "PreparedRestore", "RamStorage", "Storage"]
 
 Pieces = list[tuple[int, int, int]]  # (ring_start, ring_stop, offset in the chunk), see ring_slices
+
+
+@dataclass(frozen=True)
+class PreparedRestore:
+    """A restore read back and checked, nothing changed yet (:meth:`Storage.prepare_restore`).
+
+    Attributes:
+        target: the state asked for (a checkpoint's).
+        state: the state the restore gives: ``target``, shrunk to the rows later stores left untouched.
+        staged: the storage's own (what to copy back, the rows already read), for :meth:`Storage.restore`.
+    """
+
+    target: RingState
+    state: RingState
+    staged: Any = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether the restore gives ``target`` itself (no row of it was overwritten since)."""
+        return self.state == self.target
 
 
 class Storage(ABC):
@@ -109,11 +131,26 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def restore(self, target: RingState, current: RingState) -> RingState:
-        """Return to ``target`` (a checkpoint's state), data included; the state actually restored.
+    def prepare_restore(self, target: RingState, current: RingState) -> PreparedRestore:
+        """Read back and check what :meth:`restore` to ``target`` brings back, changing nothing.
 
         Raises:
             ValueError: if ``target`` is not a state of this storage's data.
+            DamagedMemoryError: a durable copy lacks a chunk file or a chunk fails its checksum.
+        """
+
+    @abstractmethod
+    def restore(
+        self, target: RingState, current: RingState, prepared: PreparedRestore | None = None
+    ) -> RingState:
+        """Return to ``target`` (a checkpoint's state), data included; the state actually restored.
+
+        ``prepared``: :meth:`prepare_restore`'s for the same ``target`` (made now if not given): every
+        check was made before, and what it read is used, not read again.
+
+        Raises:
+            ValueError: if ``target`` is not a state of this storage's data.
+            DamagedMemoryError: see :meth:`prepare_restore`.
         """
 
     @abstractmethod
@@ -176,11 +213,6 @@ class RamStorage(Storage):
             self._flat[key] = ring.reshape(self.num_workers * self.capacity, *spec.shape)
             self.specs[key] = spec
 
-    def reset(self, specs: dict[str, KeySpec]) -> None:
-        """Drop every ring and allocate those of ``specs``, placeholders everywhere (before a refill)."""
-        self.specs, self.rings, self._flat = {}, {}, {}
-        self._allocate(specs)
-
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker (a view of the ring)."""
         return self.rings[key][:, start:stop]
@@ -209,6 +241,20 @@ class RamStorage(Storage):
             f"memory '{self.name}' keeps no durable copy (it was created without a path); nothing to load"
         )
 
-    def restore(self, target: RingState, current: RingState) -> RingState:
+    def prepare_restore(self, target: RingState, current: RingState) -> PreparedRestore:
+        """Nothing to read: ``target`` shrunk to the rows stores after it left untouched."""
+        return PreparedRestore(target, current.rolled_back(target, self.capacity))
+
+    def restore(
+        self, target: RingState, current: RingState, prepared: PreparedRestore | None = None
+    ) -> RingState:
         """Roll back in RAM: ``target`` shrunk to the rows stores after it left untouched."""
-        return current.rolled_back(target, self.capacity)
+        return (prepared or self.prepare_restore(target, current)).state
+
+    def adopt(self, specs: dict[str, KeySpec], rings: dict[str, np.ndarray]) -> None:
+        """Make ``rings`` (``(W, C, ...)`` per key of ``specs``, read back from a durable copy) the rings."""
+        self.specs, self.rings = dict(specs), dict(rings)
+        self._flat = {
+            key: ring.reshape(self.num_workers * self.capacity, *ring.shape[2:])
+            for key, ring in rings.items()
+        }

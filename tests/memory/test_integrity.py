@@ -129,3 +129,85 @@ def test_a_memory_written_without_checksums_still_loads(
     assert isinstance(late.compressors[-1], zarr.codecs.Crc32cCodec)
     assert not zarr.open_array(path / "rewards", mode="r").compressors  # an old array keeps its codecs
     Memory(path, W, CAPACITY).load()
+
+
+def folder_bytes(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` and its bytes (the commit record, the arrays, the undo area)."""
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+
+
+def with_undo_area(path: Path) -> dict:
+    """A memory checkpointed at rows 0..12, then stored on to row 24 (chunk 2 goes to the undo area)."""
+    memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
+    memory.store(make_chunk(W, 12, 0))
+    memory.flush()
+    state = memory.state_dict()
+    memory.checkpoint_committed(state)
+    memory.store(make_chunk(W, 12, 12))
+    memory.flush()
+    memory.close()
+    assert (path / "_undo" / "rewards" / "c" / "0" / "2" / "0").is_file()
+    return state
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+def test_a_refused_restore_changes_no_file_and_the_repaired_memory_restores(
+    tmp_path: Path, damage: str
+) -> None:
+    """The checks come before the undo area is copied back: a refusal leaves the group byte for byte."""
+    path = tmp_path / "m.zarr"
+    state = with_undo_area(path)
+    undamaged = folder_bytes(path)
+    file = chunk_file(path, "/rewards", 0)  # rows 0..4, not in the undo area: read where it is
+    flip_low_bit(file) if damage == "flip" else file.unlink()
+    before = folder_bytes(path)
+    said = "fail their checksum" if damage == "flip" else r"are missing \(rewards/c/0/0/0\)"
+    with pytest.raises(DamagedMemoryError, match=said):
+        Memory(path, W, CAPACITY).restore(state)
+    assert folder_bytes(path) == before
+    file.write_bytes(undamaged["rewards/c/0/0/0"])
+    resumed = Memory(path, W, CAPACITY)
+    resumed.restore(state)
+    assert resumed.state_dict() == state
+    np.testing.assert_array_equal(resumed["/rewards"][:, :12], make_chunk(W, 12, 0)["/rewards"][:, :12])
+
+
+@pytest.mark.parametrize("mode", ["ram", "disk"])
+def test_a_deleted_chunk_file_is_caught_naming_the_memory_key_and_chunk(tmp_path: Path, mode: str) -> None:
+    """zarr reads a missing chunk as the placeholder; the commit record says its rows were written."""
+    path = tmp_path / "m.zarr"
+    _, state = written(path, mode)
+    chunk_file(path, "/observations", 3).unlink()  # rows 15..19 of worker 0
+    said = r"memory 'm' at .* 1 chunk file\(s\) of key '/observations' are missing \(observations/c/0/3/0\)"
+    with pytest.raises(DamagedMemoryError, match=said):
+        Memory(path, W, CAPACITY, mode=mode).restore(state)
+    with pytest.raises(DamagedMemoryError, match=said):
+        Memory(path, W, CAPACITY, mode=mode).load()
+
+
+def test_a_deleted_chunk_of_the_undo_area_is_caught(tmp_path: Path) -> None:
+    path = tmp_path / "m.zarr"
+    state = with_undo_area(path)
+    (path / "_undo" / "rewards" / "c" / "0" / "2" / "0").unlink()
+    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' are missing \(_undo/rewards/c/0/2/0\)"):
+        Memory(path, W, CAPACITY).restore(state)
+
+
+def test_chunks_of_placeholders_and_the_rows_before_a_late_key_are_not_missing(tmp_path: Path) -> None:
+    """Every chunk written is a file, placeholders alone included; rows before a key's first store
+    were never written for it, so their chunk files are not required."""
+    path = tmp_path / "m.zarr"
+    memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
+    memory.store(make_chunk(W, 12, 0))
+    chunk = make_chunk(W, 12, 12)
+    chunk["/infos/late"] = np.full((W, 13, 1), np.nan, np.float32)  # first stored now, placeholders alone
+    memory.store(chunk)
+    memory.flush()
+    state = memory.state_dict()
+    memory.checkpoint_committed(state)
+    memory.close()
+    late = path / "infos" / "late" / "c" / "0"
+    assert sorted(int(p.name) for p in late.iterdir()) == [2, 3, 4]  # rows 10..24: written, all NaN
+    resumed = Memory(path, W, CAPACITY)
+    resumed.restore(state)
+    assert resumed.state_dict() == state and np.isnan(resumed["/infos/late"]).all()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from digideep.memory import LastChunk, Memory, RolloutMemory, UniformTransitions
+from digideep.memory import DamagedMemoryError, LastChunk, Memory, RolloutMemory, UniformTransitions
 from digideep.memory.location import Location
 from digideep.memory.ring import RingCursor
 from digideep.memory.storage import RamStorage
@@ -96,6 +96,33 @@ def test_resume_on_s3_after_wrapping_past_the_checkpoint_in_a_fresh_process(
     assert json.loads(str(restored["state"])) == checkpoint
     assert same({"/" + k.replace("|", "/"): restored[k] for k in restored.files if k != "state"}, expected)
     assert not any("/_undo/" in key for key in objects(s3_bucket, "m.zarr/"))  # restored: area dropped
+
+
+def bucket_bytes(bucket: str, prefix: str) -> dict[str, bytes]:
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    return {key: client.get_object(Bucket=bucket, Key=key)["Body"].read() for key in objects(bucket, prefix)}
+
+
+def test_a_deleted_chunk_object_on_s3_is_caught_before_the_restore_changes_any_object(s3_bucket: str) -> None:
+    """A chunk object deleted from the bucket is damage (zarr alone reads it as never written); the
+    check lists the objects and refuses before the undo area is copied back."""
+    url = f"s3://{s3_bucket}/d.zarr"
+    memory = Memory(url, W, 40, zarr_chunk_rows=5)
+    start = stream(memory, [4, 4])
+    memory.flush()
+    checkpoint = memory.state_dict()
+    memory.checkpoint_committed(checkpoint)
+    stream(memory, [4], start)  # rows 8..12: chunks 1 and 2 go to the undo area, chunk 0 stays
+    memory.flush()
+    memory.close()
+    assert "d.zarr/_undo/rewards/c/0/1/0" in objects(s3_bucket, "d.zarr/")
+    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).delete_object(
+        Bucket=s3_bucket, Key="d.zarr/rewards/c/0/0/0"
+    )
+    before = bucket_bytes(s3_bucket, "d.zarr/")
+    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' are missing \(rewards/c/0/0/0\)"):
+        Memory(url, W, 40).restore(checkpoint)
+    assert bucket_bytes(s3_bucket, "d.zarr/") == before
 
 
 def test_a_failed_background_write_is_raised_on_the_next_flush_and_every_call_after(s3_bucket: str) -> None:

@@ -19,7 +19,9 @@ Modules, from the memory down:
 - :mod:`~digideep.memory.durable.undo`: :class:`UndoArea`, the anchor's Zarr chunks that later
   writes overwrote, so the newest checkpoint comes back byte for byte.
 - :mod:`~digideep.memory.durable.integrity`: what catches damage (the Zarr chunks' crc32c, the
-  commit record's, the zarr release with atomic writes).
+  commit record's, the chunk files that must exist, the zarr release with atomic writes);
+- :mod:`~digideep.memory.durable.readback`: a load or a restore, planned, listed and read back
+  (every chunk checked) before anything is changed, so a refused resume leaves the group as it was.
 
 The contract these storages implement is :class:`digideep.memory.storage.Storage`; the guarantees
 they give after a crash are in the :mod:`digideep.memory` docstring.

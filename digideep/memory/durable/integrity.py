@@ -1,7 +1,11 @@
-"""What catches damage to a memory's Zarr group: the zarr release, the Zarr chunks' checksums, the record's.
+"""What catches damage to a memory's Zarr group: the zarr release, the Zarr chunks' checksums, the record's,
+the chunk files that must exist.
 
 Every Zarr chunk ends with a crc32c of its stored bytes (zarr's codec, last among the array's
 codecs), checked whenever zarr reads it; the commit record carries a crc32c of its canonical JSON.
+Every chunk written is a file (:data:`ARRAY_CONFIG`), and the record says from which ring row on
+each key was written (``since``), so a chunk file missing among the rows written is damage too
+(:func:`missing_chunks`), found by one listing per array; zarr alone would read it as never written.
 A read that fails is told apart here: damage (a chunk fails its checksum or does not decode) raises
 :class:`~digideep.memory.layout.DamagedMemoryError` naming the Zarr chunks, any other failure (the
 network, the disk) is raised as it came. zarr releases before :data:`ZARR_MIN` are refused: their
@@ -20,11 +24,25 @@ import google_crc32c
 import zarr
 
 from digideep.memory.layout import DamagedMemoryError
+from digideep.memory.location import list_objects
 
-__all__ = ["ZARR_MIN", "check_zarr_version", "damaged_chunks", "raise_damage", "record_crc", "verify_chunks"]
+__all__ = [
+    "ARRAY_CONFIG",
+    "ZARR_MIN",
+    "check_zarr_version",
+    "chunk_keys",
+    "damaged_chunks",
+    "missing_chunks",
+    "raise_damage",
+    "raise_missing",
+    "record_crc",
+]
 
 logger = logging.getLogger(__name__)
 
+# Every chunk written is a file, even one of placeholders alone (zarr's default skips those), so that a
+# chunk file missing where the commit record says rows were written is damage, not "never written".
+ARRAY_CONFIG = {"write_empty_chunks": True}
 ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files atomically
 _BAD_BYTES = (ValueError, RuntimeError, EOFError)  # the codecs' errors for bad bytes
 
@@ -85,18 +103,39 @@ def raise_damage(array: zarr.Array, key: str, rows: int, error: BaseException, w
     ) from None
 
 
-def verify_chunks(arrays: dict[str, zarr.Array], keys: list[str], rows: int, what: str) -> None:
-    """Read rows ``:rows`` of every array of ``keys``, one Zarr chunk-row window at a time, so zarr
-    checks every Zarr chunk against its checksum.
+def chunk_keys(array: zarr.Array, row_chunks: set[int]) -> list[str]:
+    """Store keys (below the array's folder) of every chunk object in the row chunks ``row_chunks``."""
+    grid = [range(ceil(n / c)) if n else range(0) for n, c in zip(array.shape, array.chunks, strict=True)]
+    encode = array.metadata.encode_chunk_key
+    return [
+        encode((w, index, *rest))
+        for index in sorted(row_chunks)
+        for w in grid[0]
+        for rest in itertools.product(*grid[2:])
+    ]
 
-    Raises:
-        DamagedMemoryError: naming the Zarr chunks that fail.
+
+def missing_chunks(store: object, array: zarr.Array, row_chunks: set[int]) -> list[str]:
+    """Store keys (below the group) of the chunk files of ``array`` in the row chunks ``row_chunks``
+    that are missing: one listing of the array's objects, nothing read."""
+    if not row_chunks:
+        return []
+    present = list_objects(store, array.path)
+    wanted = (f"{array.path}/{key}" for key in chunk_keys(array, row_chunks))
+    return [key for key in wanted if key not in present]
+
+
+def raise_missing(missing: dict[str, list[str]], what: str) -> None:
+    """Raise :class:`DamagedMemoryError` naming the missing chunk files of the first key that lacks some.
+
+    Args:
+        missing: ``{key: store keys of its missing chunk files}``.
+        what: the memory and its place, for the message.
     """
-    for key in keys:
-        array = arrays[key]
-        step = array.chunks[1]
-        for start in range(0, rows, step):
-            try:
-                array[:, start : min(rows, start + step)]
-            except _BAD_BYTES as error:
-                raise_damage(array, key, rows, error, what)
+    for key, found in missing.items():
+        if found:
+            shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            raise DamagedMemoryError(
+                f"{what} is damaged: {len(found)} chunk file(s) of key '{key}' are missing ({shown}), though "
+                "the commit record says their rows were written (a file deleted)"
+            )

@@ -21,14 +21,13 @@ storage, which has no rename, the objects are deleted (one listing and one batch
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import threading
 import uuid
-from math import ceil
 
 import zarr
 
+from digideep.memory.durable.integrity import ARRAY_CONFIG, chunk_keys
 from digideep.memory.layout import DamagedMemoryError
 from digideep.memory.location import Location, copy_objects, delete_objects, list_objects
 from digideep.memory.ring import ring_slices
@@ -47,18 +46,6 @@ def chunks_of_rows(start: int, count: int, capacity: int, rows: int) -> set[int]
     return out
 
 
-def _chunk_keys(array: zarr.Array, row_chunks: set[int]) -> list[str]:
-    """Store keys (below the array's folder) of every chunk object in the row chunks ``row_chunks``."""
-    grid = [range(ceil(n / c)) if n else range(0) for n, c in zip(array.shape, array.chunks, strict=True)]
-    encode = array.metadata.encode_chunk_key
-    return [
-        encode((w, index, *rest))
-        for index in sorted(row_chunks)
-        for w in grid[0]
-        for rest in itertools.product(*grid[2:])
-    ]
-
-
 class UndoArea:
     """The ``_undo`` subgroup of one memory's group.
 
@@ -75,14 +62,11 @@ class UndoArea:
         self.arrays: dict[str, zarr.Array] = {}
 
     def open(self, group: zarr.Group, keys: tuple[str, ...], main: dict[str, zarr.Array]) -> None:
-        """Open the area of ``keys`` that a commit record lists; finish deletions cut short.
+        """Open the area of ``keys`` that a commit record lists (reads only: see :meth:`tidy`).
 
         Raises:
-            ValueError: if an array of the area is missing or has another shape.
+            DamagedMemoryError: if an array of the area is missing or has another shape.
         """
-        if self.location.path is not None:
-            for trash in self.location.path.glob(f"{UNDO}{_TRASH}*"):  # left by a process that ended
-                shutil.rmtree(trash, ignore_errors=True)
         self.arrays = {}
         for key in keys:
             array = group.get(f"{UNDO}/{key[1:]}")
@@ -92,6 +76,12 @@ class UndoArea:
                     "record lists; the folder was changed by something else than this memory"
                 )
             self.arrays[key] = array
+
+    def tidy(self) -> None:
+        """Finish the deletions of areas that a process which ended had renamed away (local folders)."""
+        if self.location.path is not None:
+            for trash in self.location.path.glob(f"{UNDO}{_TRASH}*"):
+                shutil.rmtree(trash, ignore_errors=True)
 
     def _area_array(self, group: zarr.Group, key: str, source: zarr.Array) -> zarr.Array:
         """The area's array of ``key``, created (dropping leftovers) at the first save since the anchor."""
@@ -104,6 +94,7 @@ class UndoArea:
                 fill_value=source.fill_value,
                 compressors=source.compressors or None,  # the key's own codecs (they may differ by key)
                 overwrite=True,
+                config=ARRAY_CONFIG,
             )
         return self.arrays[key]
 
@@ -128,7 +119,7 @@ class UndoArea:
             if not new:
                 continue
             target = self._area_array(group, key, source)
-            pairs += [(f"{source.path}/{c}", f"{target.path}/{c}") for c in _chunk_keys(source, new)]
+            pairs += [(f"{source.path}/{c}", f"{target.path}/{c}") for c in chunk_keys(source, new)]
         copy_objects(group.store, pairs)
 
     def apply(
@@ -140,7 +131,7 @@ class UndoArea:
         for key in keys:
             source, target = self.arrays[key], main[key]
             present = list_objects(group.store, source.path)
-            for c in _chunk_keys(target, chunks_of_rows(start, rows, self.capacity, target.chunks[1])):
+            for c in chunk_keys(target, chunks_of_rows(start, rows, self.capacity, target.chunks[1])):
                 if f"{source.path}/{c}" in present:
                     pairs.append((f"{source.path}/{c}", f"{target.path}/{c}"))
                 else:

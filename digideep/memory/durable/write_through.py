@@ -34,10 +34,12 @@ from functools import partial
 import numpy as np
 
 from digideep.memory.durable.background import BackgroundWriter, guarded
+from digideep.memory.durable.readback import RestorePlan, plan_load, read_plan
 from digideep.memory.durable.zarr_storage import ZarrStorage
 from digideep.memory.layout import KeySpec
 from digideep.memory.ring import RingState
-from digideep.memory.storage import Pieces, RamStorage, Storage
+from digideep.memory.storage import Pieces, PreparedRestore, RamStorage, Storage
+from digideep.utility.placeholders import placeholder_array
 
 __all__ = ["WriteThroughStorage", "ZarrWindowWriter", "split_windows"]
 
@@ -111,7 +113,7 @@ class ZarrWindowWriter:
         """Take the rows of one store; write the windows the ring moved past (all keys at once)."""
         self.storage.ensure_open()
         if task.new_specs:
-            self.storage.add_keys(task.new_specs)
+            self.storage.add_keys(task.new_specs, task.state)
             for key in task.new_specs:
                 self.windows.pop(key, None)
         self.total = task.state.total
@@ -257,23 +259,25 @@ class WriteThroughStorage(Storage):
     def load(self) -> tuple[RingState, dict[str, KeySpec]]:
         """Reread the committed state and the ring from Zarr."""
         self.wait()
-        state, specs = self.zarr.load(verify=False)  # _fill checks every Zarr chunk it reads
-        self._fill(state, specs)
+        state, specs = self.zarr.load(verify=False)  # reading the ring checks every Zarr chunk
+        plan = plan_load(self.zarr.group)
+        self.ram.adopt(plan.specs, self._read(plan))
         self._reset()
         return state, specs
 
-    def _fill(self, state: RingState, specs: dict[str, KeySpec]) -> None:
-        """Replace the RAM rings by the rows of Zarr (every row written so far, byte for byte).
+    def _read(self, plan: RestorePlan) -> dict[str, np.ndarray]:
+        """New RAM rings holding the rows of ``plan`` (every row written so far, byte for byte), the
+        others placeholders.
 
         Raises:
             DamagedMemoryError: a Zarr chunk read fails its checksum.
         """
-        self.ram.reset(specs)
-        rows = min(self.capacity, state.total + 1) if state.last_chunk_rows else 0
-        if rows:
-            self.zarr.group.read_many(
-                [(key, ring[:, :rows], 0, rows) for key, ring in self.ram.rings.items()]
-            )
+        shape = (self.num_workers, self.capacity)
+        rings = {
+            key: placeholder_array((*shape, *spec.shape), spec.dtype) for key, spec in plan.specs.items()
+        }
+        read_plan(self.zarr.group, plan, rings)
+        return rings
 
     def _reset(self) -> None:
         """Zarr was changed under the windows (a load or a restore): start afresh from the RAM ring."""
@@ -282,12 +286,27 @@ class WriteThroughStorage(Storage):
         group = self.zarr.group
         self.rows_of = {key: group.chunk_rows_of(key) for key in group.arrays} if group.is_open else {}
 
-    def restore(self, target: RingState, current: RingState) -> RingState:
-        """Return Zarr to ``target`` (undo area included), then reread the ring from it."""
+    def prepare_restore(self, target: RingState, current: RingState) -> PreparedRestore:
+        """Plan the restore to ``target`` and read the next RAM ring from where its rows will be
+        after it (the undo area's chunks where they are); every chunk is checked, nothing changed."""
         self.wait()
-        state = self.zarr.restore(target, current, verify=False)  # _fill checks the Zarr chunks
-        if self.zarr.group.is_open:
-            self._fill(state, self.zarr.group.committed_specs)
+        plan = self.zarr.plan_restore(target)
+        if plan is None:
+            return PreparedRestore(target, target)
+        return PreparedRestore(target, plan.state, (plan, self._read(plan)))
+
+    def restore(
+        self, target: RingState, current: RingState, prepared: PreparedRestore | None = None
+    ) -> RingState:
+        """Return Zarr to ``target`` (undo area included); the rings read by :meth:`prepare_restore`
+        become the RAM ring (nothing is read twice)."""
+        prepared = prepared or self.prepare_restore(target, current)
+        self.wait()
+        state = prepared.state
+        if prepared.staged is not None:
+            plan, rings = prepared.staged
+            state = self.zarr.restore(target, current, PreparedRestore(target, plan.state, plan))
+            self.ram.adopt(plan.specs, rings)
         self._reset()
         return state
 

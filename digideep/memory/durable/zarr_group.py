@@ -13,7 +13,8 @@ Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, 
 Every array is shaped ``(num_workers, capacity, *row_shape)``; rows never written read as the nonify
 placeholder (the arrays' fill value). The commit record holds the format version, ``num_workers``,
 ``capacity``, the ring pointers (``pos``, ``size``, ``total``, ``last_chunk_rows``, see
-:mod:`digideep.memory.ring`), the committed keys with their dtype and row shape, and the undo
+:mod:`digideep.memory.ring`), the committed keys with their dtype, row shape and ``since`` (the
+``total`` from which on the key was written; records of earlier versions have none), and the undo
 state: ``anchor`` (the pointers of the newest checkpoint, or null), ``anchor_keys`` and
 ``undo_rows``. Only committed keys are loaded; an array left by an interrupted flush is recreated
 the next time its key is stored.
@@ -50,7 +51,8 @@ from math import prod
 import numpy as np
 import zarr
 
-from digideep.memory.durable.integrity import check_zarr_version, raise_damage, record_crc, verify_chunks
+from digideep.memory.durable.integrity import ARRAY_CONFIG, check_zarr_version, record_crc
+from digideep.memory.durable.readback import RestorePlan
 from digideep.memory.durable.undo import UNDO, UndoArea
 from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
 from digideep.memory.location import Location
@@ -64,11 +66,6 @@ ATTR = "digideep_memory"  # name of the group attribute that holds the commit re
 FORMAT = 3  # version of the layout above (1: no undo area, 2: undo area of rows; both still read)
 RING_FRACTION = 16  # a chunk holds at most 1/16 of the ring, so a flush rewrites only the chunks it changes
 _THREADS = 8  # keys read or written at once (each read fetches up to zarr's async.concurrency chunks)
-
-try:  # read straight into the ring, without a temporary copy (zarr 3 API)
-    from zarr.core.buffer.cpu import NDBuffer as _NDBuffer
-except ImportError:  # pragma: no cover - other zarr 3 releases
-    _NDBuffer = None
 
 
 def _ring_state(record: dict) -> RingState:
@@ -118,6 +115,7 @@ class ZarrGroup:
         self.arrays: dict[str, zarr.Array] = {}
         self.committed = RingState()
         self.committed_specs: dict[str, KeySpec] = {}
+        self.since: dict[str, int] = {}  # key -> the total from which on it was written (when known)
         self.anchor: RingState | None = None  # state of the newest checkpoint, restorable exactly
         self.anchor_keys: tuple[str, ...] = ()
         self.undo_rows = 0  # rows from anchor.pos on (circular) whose anchor bytes are in the undo area
@@ -144,13 +142,17 @@ class ZarrGroup:
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
         self.root = self.location.open_group("w")
-        self.arrays, self.undo.arrays = {}, {}
+        self.arrays, self.undo.arrays, self.since = {}, {}, {}
         self.anchor, self.anchor_keys, self.undo_rows = None, (), 0
         self.rowwise_undo = False
         self.commit(RingState(), {})
 
-    def open(self) -> tuple[RingState, dict[str, KeySpec]]:
+    def open(self, tidy: bool = True) -> tuple[RingState, dict[str, KeySpec]]:
         """Open an existing group and check that it is a memory of this layout.
+
+        Args:
+            tidy: finish deleting undo areas renamed away by a process that ended; ``False``
+                reads only (a resume checks a memory before it changes anything).
 
         Returns:
             The committed state and the committed keys' specs.
@@ -189,6 +191,7 @@ class ZarrGroup:
         try:
             state = _ring_state(record)
             specs = {key: KeySpec.from_json(entry) for key, entry in record["keys"].items()}
+            since = {key: int(entry["since"]) for key, entry in record["keys"].items() if "since" in entry}
             anchor = None if record.get("anchor") is None else _ring_state(record["anchor"])
             anchor_keys = tuple(record.get("anchor_keys", ()))
             undo_rows = int(record.get("undo_rows", 0))
@@ -212,10 +215,12 @@ class ZarrGroup:
                     f"the store holds {found} {getattr(array, 'dtype', '')}; the folder was changed by "
                     "something else than this memory"
                 )
-            self.arrays[key] = array
+            self.arrays[key] = array.with_config(ARRAY_CONFIG)
         self.undo.open(self.root, anchor_keys if undo_rows else (), self.arrays)
+        if tidy:
+            self.undo.tidy()
         self.rowwise_undo = record.get("format") == 2 and undo_rows > 0
-        self.committed, self.committed_specs = state, specs
+        self.committed, self.committed_specs, self.since = state, specs, since
         self.anchor, self.anchor_keys, self.undo_rows = anchor, anchor_keys, undo_rows
         return state, dict(specs)
 
@@ -230,8 +235,9 @@ class ZarrGroup:
         return record if isinstance(record, dict) else None
 
     # -- writing -------------------------------------------------------------------------------
-    def create_array(self, key: str, spec: KeySpec) -> None:
-        """Create (or recreate, dropping leftovers of an interrupted flush) the array of ``key``."""
+    def create_array(self, key: str, spec: KeySpec, since: int) -> None:
+        """Create (or recreate, dropping leftovers of an interrupted flush) the array of ``key``,
+        first written at the ring's ``total`` ``since``."""
         assert self.root is not None
         if key.split("/")[1] == UNDO:
             raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the undo area; rename it")
@@ -244,7 +250,9 @@ class ZarrGroup:
             fill_value=fill_value(spec.dtype),
             compressors=compressors(self.compression, spec),
             overwrite=True,
+            config=ARRAY_CONFIG,
         )
+        self.since[key] = since
 
     def planned_rows(self, spec: KeySpec) -> int:
         """Rows per chunk of a new array of ``spec``: ``chunk_rows``, or about ``chunk_bytes`` and at
@@ -296,7 +304,7 @@ class ZarrGroup:
             "num_workers": self.num_workers,
             "capacity": self.capacity,
             **state.as_dict(),
-            "keys": {key: spec.to_json() for key, spec in specs.items()},
+            "keys": {key: self._key_entry(key, spec) for key, spec in specs.items()},
             "anchor": None if anchor is None else anchor.as_dict(),
             "anchor_keys": list(anchor_keys),
             "undo_rows": undo_rows,
@@ -304,6 +312,10 @@ class ZarrGroup:
         self.root.attrs.update({ATTR: {**record, "crc32c": record_crc(record)}})
         self.committed, self.committed_specs = state, dict(specs)
         self.anchor, self.anchor_keys, self.undo_rows = anchor, tuple(anchor_keys), undo_rows
+
+    def _key_entry(self, key: str, spec: KeySpec) -> dict:
+        since = self.since.get(key)
+        return spec.to_json() if since is None else {**spec.to_json(), "since": since}
 
     # -- the undo area -------------------------------------------------------------------------
     def save_undo(self, rows: int) -> None:
@@ -319,21 +331,21 @@ class ZarrGroup:
         else:
             self.undo.save(self.root, self.arrays, self.anchor_keys, self.anchor.pos, self.undo_rows, rows)
 
-    def restore(self, target: RingState) -> tuple[RingState, dict[str, KeySpec]]:
-        """Return the store to ``target`` (a checkpoint's state) and make that the anchor.
+    def restore(self, plan: RestorePlan) -> tuple[RingState, dict[str, KeySpec]]:
+        """Return the store to ``plan.target`` (a checkpoint's state) and make that the anchor.
 
-        If ``target`` is the anchor (or older), the undo area is copied back first, so the anchor
+        ``plan`` is :func:`~digideep.memory.durable.readback.plan_restore`'s, checked before
+        (every chunk the restore keeps is there and passes its checksum): this changes the store.
+        If the target is the anchor (or older), the undo area is copied back first, so the anchor
         returns byte for byte however often the ring wrapped since. Otherwise, or for a target
         older than the anchor, :meth:`RingState.rolled_back` drops the rows written after it.
 
         Returns:
             The committed state and keys after the restore.
-
-        Raises:
-            ValueError: if ``target`` is newer than the store or not one of its predecessors.
         """
+        self.undo.tidy()
         anchor = self.anchor
-        if anchor is not None and self.undo_rows and target.total <= anchor.total:
+        if plan.undo and anchor is not None:
             if self.rowwise_undo:
                 self.undo.apply_rows(self.arrays, self.anchor_keys, anchor.pos, self.undo_rows)
             else:
@@ -342,7 +354,7 @@ class ZarrGroup:
             self._write_record(anchor, specs, anchor, self.anchor_keys, 0)
             self.undo.drop(self.root)
             self.rowwise_undo = False
-        state = self.committed.rolled_back(target, self.capacity)
+        state = self.committed.rolled_back(plan.target, self.capacity)
         if state != self.committed or self.anchor != state or self.undo_rows:
             self.set_anchor(state, self.committed_specs)
         return self.committed, dict(self.committed_specs)
@@ -360,44 +372,6 @@ class ZarrGroup:
         self.undo.drop(self.root)
 
     # -- reading -------------------------------------------------------------------------------
-    def read_into(self, key: str, out: np.ndarray, start: int, stop: int) -> None:
-        """Read rows ``start:stop`` of every worker into ``out`` (a ``(W, stop - start, ...)`` view)."""
-        selection = (slice(None), slice(start, stop))
-        if _NDBuffer is not None:
-            self.arrays[key].get_basic_selection(selection, out=_NDBuffer.from_numpy_array(out))
-        else:  # pragma: no cover
-            out[...] = self.arrays[key][selection]
-
-    def read_many(self, reads: list[tuple[str, np.ndarray, int, int]]) -> None:
-        """:meth:`read_into` of several ``(key, out, start, stop)``, the keys concurrently (a resume
-        reads every chunk of a 1M-row memory on object storage in parallel, not one after another).
-
-        Every chunk read is checked against its checksum.
-
-        Raises:
-            DamagedMemoryError: a chunk read fails its checksum or does not decode; names the chunks.
-        """
-        with ThreadPoolExecutor(max(1, min(len(reads), _THREADS))) as pool:
-            futures = [(read, pool.submit(self.read_into, *read)) for read in reads]
-        for (key, _, _, stop), future in futures:
-            error = future.exception()
-            if error is not None:
-                raise_damage(self.arrays[key], key, stop, error, self._what)
-
-    def verify(self) -> None:
-        """Read every chunk of every committed key, one row window at a time (a Zarr-only memory has
-        no RAM ring whose filling would check them), and check it against its checksum.
-
-        Raises:
-            DamagedMemoryError: naming the chunks that fail.
-        """
-        rows = min(self.capacity, self.committed.total + 1) if self.committed.last_chunk_rows else 0
-        verify_chunks(self.arrays, list(self.committed_specs), rows, self._what)
-
-    @property
-    def _what(self) -> str:
-        return f"memory '{self.name}' at {self.location}"
-
     def read(self, key: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of every worker: ``(W, stop - start, ...)``."""
         return self.arrays[key][:, start:stop]

@@ -19,11 +19,12 @@ from dataclasses import replace
 import numpy as np
 import zarr
 
+from digideep.memory.durable.readback import RestorePlan, check_present, plan_load, plan_restore, verify_plan
 from digideep.memory.durable.zarr_group import ZarrGroup
 from digideep.memory.layout import KeySpec, fill_value
 from digideep.memory.location import Location
 from digideep.memory.ring import RingState, rows_written_since, surviving_size
-from digideep.memory.storage import Pieces, Storage
+from digideep.memory.storage import Pieces, PreparedRestore, Storage
 
 __all__ = ["DISK_CHUNK_BYTES", "WRITE_THROUGH_CHUNK_BYTES", "ZarrStorage"]
 
@@ -83,10 +84,12 @@ class ZarrStorage(Storage):
             self.group.create()
         return self.group
 
-    def add_keys(self, specs: dict[str, KeySpec]) -> None:
-        """Create the arrays of keys first stored now (recreating leftovers of an interrupted write)."""
+    def add_keys(self, specs: dict[str, KeySpec], state: RingState) -> None:
+        """Create the arrays of keys first stored by the chunk that led to ``state`` (recreating
+        leftovers of an interrupted write)."""
+        since = state.total - max(0, state.last_chunk_rows - 1)  # the total of the chunk's first row
         for key, spec in specs.items():
-            self.group.create_array(key, spec)
+            self.group.create_array(key, spec, since)
             self.specs[key] = spec
 
     def protect(self, new_total: int, undo_total: int | None = None) -> None:
@@ -126,7 +129,7 @@ class ZarrStorage(Storage):
         """Write the chunk's rows straight to Zarr (after :meth:`protect`); committed by :meth:`flush`."""
         self.ensure_open()
         self.protect(state.total)
-        self.add_keys(new_specs)
+        self.add_keys(new_specs, state)
         for key, spec in self.specs.items():
             value = chunk.get(key)
             for a, b, offset in pieces:
@@ -187,35 +190,66 @@ class ZarrStorage(Storage):
 
         Args:
             verify: read every chunk and check its checksum (the write-through storage checks them
-                as it fills its RAM ring, so it passes ``False``).
+                as it fills its RAM ring, so it passes ``False``). The chunk files are always listed.
 
         Raises:
-            DamagedMemoryError: a chunk fails its checksum.
+            DamagedMemoryError: a chunk file is missing or a chunk fails its checksum.
         """
         state, specs = self.group.open()
+        plan = plan_load(self.group)
+        check_present(self.group, plan)
         if verify:
-            self.group.verify()
+            verify_plan(self.group, plan)
         self.specs = dict(specs)
         logger.info("memory '%s' loaded from %s: %s", self.name, self.location, state)
         return state, specs
 
-    def restore(self, target: RingState, current: RingState, verify: bool = True) -> RingState:
-        """Return the group to ``target`` (see :meth:`ZarrGroup.restore`) and make it the anchor.
+    def plan_restore(self, target: RingState) -> RestorePlan | None:
+        """Open the group (reading only) and plan the restore to ``target``; its chunk files are
+        listed and must be there (see :mod:`~digideep.memory.durable.readback`); no chunk is read.
 
-        ``verify``: read every chunk and check its checksum (see :meth:`load`).
+        Returns:
+            The plan, or ``None`` when nothing was flushed here and ``target`` holds no rows.
 
         Raises:
             FileNotFoundError: if nothing was flushed at the location and ``target`` holds rows.
             ValueError: if ``target`` is not a state of this group.
-            DamagedMemoryError: a chunk fails its checksum.
+            DamagedMemoryError: the commit record is damaged or a chunk file is missing.
         """
         if not self.group.is_open:
             if target.total == 0 and not self.location.exists():
-                return target  # nothing stored yet, nothing to restore
-            self.group.open()
-        state, specs = self.group.restore(target)
-        if verify:
-            self.group.verify()
+                return None  # nothing stored yet, nothing to restore
+            self.group.open(tidy=False)
+        plan = plan_restore(self.group, target)
+        check_present(self.group, plan)
+        return plan
+
+    def prepare_restore(self, target: RingState, current: RingState) -> PreparedRestore:
+        """:meth:`plan_restore`, then every chunk the restore keeps is read once and checked (nothing
+        is changed: the undo area's chunks are read where they are)."""
+        plan = self.plan_restore(target)
+        if plan is None:
+            return PreparedRestore(target, target)
+        verify_plan(self.group, plan)
+        return PreparedRestore(target, plan.state, plan)
+
+    def restore(
+        self, target: RingState, current: RingState, prepared: PreparedRestore | None = None
+    ) -> RingState:
+        """Return the group to ``target`` (see :meth:`ZarrGroup.restore`) and make it the anchor.
+
+        ``prepared``: :meth:`prepare_restore`'s, or a plan's (the write-through storage read the
+        chunks itself); made now when not given.
+
+        Raises:
+            FileNotFoundError: if nothing was flushed at the location and ``target`` holds rows.
+            ValueError: if ``target`` is not a state of this group.
+            DamagedMemoryError: a chunk file is missing or a chunk fails its checksum.
+        """
+        prepared = prepared or self.prepare_restore(target, current)
+        if prepared.staged is None:
+            return prepared.state
+        state, specs = self.group.restore(prepared.staged)
         self.specs = dict(specs)
         logger.info("memory '%s' restored to %s", self.name, state)
         return state
