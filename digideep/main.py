@@ -33,23 +33,26 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from digideep.cli.options import EXIT_USAGE, new_run_options
-from digideep.cli.parsers import build_cli_parser, build_main_parser, command_envs, command_runs
-from digideep.cli.play import command_play
-from digideep.cli.sync import command_sync, sync_parser
-from digideep.cli.train import command_resume, command_train
 from digideep.errors import UsageError
-from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
-from digideep.pipeline.signals import RunStoppedError
-from digideep.utility.progress import console_handler
+from digideep.pipeline.signals import (
+    RunStoppedError,
+    StoppedBeforeStartError,
+    catch_stop_signals,
+    raise_if_stopped,
+)
+
+# Nothing heavier at the top: `digideep train` and `resume` catch SIGINT and SIGTERM before the
+# commands (torch, MLflow, Prefect: seconds of imports) are imported; see _catching_stop_signals.
 
 __all__ = ["cli", "main"]
 
 
 def _setup_logging(level: str) -> None:
+    from digideep.utility.progress import console_handler
+
     root = logging.getLogger()
     if not any(getattr(h, "_digideep_console", False) for h in root.handlers):
         handler = console_handler()  # rich above the progress bar on a terminal, plain lines elsewhere
@@ -70,6 +73,8 @@ def _setup_logging(level: str) -> None:
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    from digideep.cli.options import EXIT_USAGE
+
     _setup_logging(args.log_level)
     # the user's own code in the current folder imports, as under `python -m`: their params/ and the
     # agent classes their params name. Resume and play also put back the folders the session
@@ -81,24 +86,38 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     # logs an ERROR line (the Makefile sets the same); a user's own setting wins
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
+        raise_if_stopped()  # a signal while digideep was starting
         with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
             return func(args)
     except UsageError as error:
         print(f"digideep: error: {_refused_credentials(error) or error}", file=sys.stderr)
         return EXIT_USAGE
-    except RunStoppedError as stopped:  # a signal stopped training after its checkpoint
+    except (RunStoppedError, StoppedBeforeStartError) as stopped:
+        # a signal stopped training after its checkpoint, or came before the session existed
         print(f"digideep: {stopped}", file=sys.stderr)
         return stopped.exit_code
-    except KeyboardInterrupt as interrupt:  # before or after training, or a second Ctrl-C
-        name = str(interrupt) if str(interrupt) in signal.Signals.__members__ else "SIGINT"
-        print(f"digideep: interrupted by {name}", file=sys.stderr)
-        return 128 + signal.Signals[name]
+    except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or a command that does not catch signals
+        return _interrupted(interrupt)
     except Exception as error:
         refused = _refused_credentials(error)
         if refused is None:
             raise
         print(f"digideep: error: {refused}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    """One line and 128 + the signal for a KeyboardInterrupt (``str(interrupt)`` names the signal, or not)."""
+    name = str(interrupt) if str(interrupt) in signal.Signals.__members__ else "SIGINT"
+    print(f"digideep: interrupted by {name}", file=sys.stderr)
+    return 128 + signal.Signals[name]
+
+
+def _catching_stop_signals(training: bool) -> AbstractContextManager[None]:
+    """For ``train`` and ``resume``: SIGINT and SIGTERM recorded from here on, before the commands'
+    imports (a Ctrl-C raised inside an import was lost, or turned into another error); the command
+    acts on the record (:mod:`digideep.pipeline.signals`)."""
+    return catch_stop_signals() if training else nullcontext()
 
 
 def _refused_credentials(error: BaseException) -> str | None:
@@ -136,6 +155,8 @@ def _device_options(device: str | None, deterministic: bool) -> Iterator[None]:
     Raises:
         UsageError: ``device`` is malformed or does not exist here (before anything touches disk).
     """
+    from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
+
     if device is not None:
         check_device(device)
     chosen = {DEVICE_ENV: device, DETERMINISTIC_ENV: "1" if deterministic else None}
@@ -155,6 +176,17 @@ def _device_options(device: str | None, deterministic: bool) -> Iterator[None]:
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``digideep`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    with _catching_stop_signals(argv[:1] in (["train"], ["resume"])):
+        try:
+            return _cli(argv)
+        except KeyboardInterrupt as interrupt:  # a second Ctrl-C during the imports
+            return _interrupted(interrupt)
+
+
+def _cli(argv: list[str]) -> int:
+    from digideep.cli.parsers import build_cli_parser, command_envs, command_runs
+    from digideep.cli.sync import command_sync, sync_parser
+
     if argv[:2] == ["runs", "sync"]:
         args = sync_parser().parse_args(argv[2:])
         return _run(command_sync, args)
@@ -168,6 +200,20 @@ def cli(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m digideep.main``."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    with _catching_stop_signals("--play" not in given and not {"-h", "--help"} & set(given)):
+        try:
+            return _main(given)
+        except KeyboardInterrupt as interrupt:  # a second Ctrl-C during the imports
+            return _interrupted(interrupt)
+
+
+def _main(argv: list[str]) -> int:
+    from digideep.cli.options import EXIT_USAGE, new_run_options
+    from digideep.cli.parsers import build_main_parser
+    from digideep.cli.play import command_play
+    from digideep.cli.train import command_resume, command_train
+
     parser = build_main_parser()
     args = parser.parse_args(argv)
     given = new_run_options(args) if args.play else ""

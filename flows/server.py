@@ -24,6 +24,7 @@ from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
 from digideep.errors import UsageError
+from digideep.pipeline.signals import raise_if_stopped
 from digideep.utility.processes import free_port, stop_tree, terminated_with_parent, wait_for_http
 from digideep_stack.local_stack import executable
 
@@ -46,8 +47,12 @@ def prefect_api() -> Iterator[str]:
     runs can be seen later under ``prefect server start``. Its output goes to a scratch log, named
     in the error when it fails to start and deleted afterwards.
 
+    A stop signal recorded while the temporary server starts (seconds, its database migrations
+    included) ends the wait there and stops the server (:func:`~digideep.pipeline.signals.raise_if_stopped`).
+
     Raises:
         UsageError: the temporary server exited while starting or did not answer in time.
+        StoppedBeforeStartError: a stop signal came while it started.
     """
     configured = get_current_settings().api.url
     if configured:
@@ -68,7 +73,13 @@ def prefect_api() -> Iterator[str]:
             )  # fmt: skip
         try:
             try:
-                wait_for_http(f"{api}/health", server, "the temporary Prefect server", START_TIMEOUT)
+                wait_for_http(
+                    f"{api}/health",
+                    server,
+                    "the temporary Prefect server",
+                    START_TIMEOUT,
+                    check=raise_if_stopped,
+                )
             except RuntimeError as error:
                 tail = server_log.read_text(errors="replace").strip().splitlines()[-1:]
                 raise UsageError(

@@ -28,7 +28,13 @@ from prefect.states import Cancelled, State
 from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
-from digideep.pipeline.signals import RunStoppedError, exit_code
+from digideep.pipeline.signals import (
+    RunStoppedError,
+    StoppedBeforeStartError,
+    catch_stop_signals,
+    exit_code,
+    raise_if_stopped,
+)
 from digideep.pipeline.training import close_run, open_run, run_training
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.location import Location
@@ -224,6 +230,29 @@ def train(
             MLflow run is tagged and nested under the benchmark's parent run
             (:func:`~digideep.tracking.trials.benchmark_tags`).
     """
+    # digideep's handler again (Prefect's engine put its own SIGTERM handler over it): a signal is
+    # recorded, never raised into the engine; before the session exists the run ends Cancelled there
+    with catch_stop_signals():
+        try:
+            return _train(
+                params, cpanel, session_name, session_path, resume, tasks, description, trial, benchmark
+            )
+        except StoppedBeforeStartError as stopped:
+            return Cancelled(message=str(stopped), data=stopped)
+
+
+def _train(
+    params: str,
+    cpanel: dict[str, Any] | None,
+    session_name: str | None,
+    session_path: str,
+    resume: bool,
+    tasks: Literal["auto", "stage", "iteration"],
+    description: str | None,
+    trial: dict[str, Any] | None,
+    benchmark: dict[str, Any] | None,
+) -> dict[str, Any] | State:
+    """The body of :func:`train` (its arguments)."""
     logger = get_run_logger()
     # One progress line per epoch instead of a line per task state; digideep's INFO lines reach
     # the session's log.txt and (through PREFECT_LOGGING_EXTRA_LOGGERS) the Prefect UI.
@@ -249,6 +278,7 @@ def train(
         **benchmark_tags(benchmark),
     }
     reporter = TrialReporter.from_parameters(trial)
+    raise_if_stopped()  # (open_run checks again, right before it opens the session)
     handle = open_run(
         params,
         cpanel or {},
@@ -316,7 +346,7 @@ def _main() -> int:
                 session_name=args.session_name,
                 session_path=args.session_path,
             )
-    except RunStoppedError as stopped:
+    except (RunStoppedError, StoppedBeforeStartError) as stopped:
         print(stopped, file=sys.stderr)
         return stopped.exit_code
     print(result)

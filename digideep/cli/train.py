@@ -17,7 +17,7 @@ from digideep.cli.options import new_run_options, split_session
 from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import check_session_exists, check_session_name, check_session_root
-from digideep.pipeline.signals import RunStoppedError, exit_code
+from digideep.pipeline.signals import RunStoppedError, exit_code, raise_if_stopped, stop_requested
 from digideep.utility.location import Location
 
 __all__ = ["command_resume", "command_train"]
@@ -38,9 +38,11 @@ def command_train(args: argparse.Namespace) -> int:
             f"session '{(root / args.session_name).url}' already exists; "
             "resume it with 'digideep resume' or choose another --session-name"
         )
+    raise_if_stopped()  # a signal during the checks (a URL store's answer can take seconds)
     if args.dry_run:
         return _dry_run(resolved)
     _check_tracking_server(resolved.params, args.session_path)
+    raise_if_stopped()
     return _train(
         args.params,
         args.cpanel,
@@ -115,6 +117,7 @@ def _dry_run(resolved: ResolvedParams) -> int:
             )
         finally:
             runner.close()
+    raise_if_stopped()  # a signal while it built: nothing printed either
     print(
         json.dumps(
             {"params_module": resolved.module, "cpanel": resolved.cpanel, "params": resolved.params}, indent=2
@@ -137,6 +140,7 @@ def command_resume(args: argparse.Namespace) -> int:
         )
     root, name = split_session(args.session, args.session_path)
     check_session_exists(root, name)  # before a Prefect server and a flow run are started for it
+    raise_if_stopped()
     return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
 
 
@@ -163,10 +167,14 @@ def _train(
     The Prefect flow is an entry point of its own (deployments and retries call it with a module
     name and a cpanel), so it takes the names and resolves them itself; :func:`command_train`
     resolved them first only so that bad params fail in one line before a flow run exists.
+
+    SIGINT and SIGTERM are recorded from the command's start (:func:`digideep.main.cli`): before
+    the session exists one ends the command with nothing written (the temporary Prefect server's start
+    included), once it exists the run stops at its first stage boundary with a checkpoint, and after
+    training it lets the run close and end as it would have.
     """
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
-    from digideep.utility.processes import stop_on_signals
 
     if no_prefect:
         handle = open_run(
@@ -185,9 +193,10 @@ def _train(
         from flows.server import prefect_api
 
         # the flow's own server (when none is configured) runs in a session of its own, so Ctrl-C
-        # stops only the run; SIGTERM and SIGHUP outside training interrupt like Ctrl-C does, so
-        # that the server is stopped on every way out. A stopped run raises RunStoppedError.
-        with stop_on_signals(), prefect_api(), _refusals_in_one_line():
+        # reaches only digideep; a signal while it starts ends the command there, with the server
+        # stopped. A stopped run raises RunStoppedError.
+        with prefect_api(), _refusals_in_one_line():
+            raise_if_stopped()
             result = train(
                 params=params or "",
                 cpanel=parse_cpanel(cpanel),
@@ -197,6 +206,9 @@ def _train(
                 description=description,
             )
         reason = result["stopped"]
+    late = stop_requested()
+    if late is not None:  # it came while the finished run closed: that ended as it would have
+        log.warning("%s after training had ended: the run closed as it would have (%s)", late, reason)
     log.info("done: %s", reason)
     return 0
 

@@ -10,16 +10,19 @@ restores every component, so that the resumed run continues bit for bit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
 
 from digideep.errors import UsageError
 from digideep.memory import DamagedMemoryError
+from digideep.memory.storage import PreparedRestore
 from digideep.pipeline import components
 from digideep.pipeline.checkpoint import (
     Checkpoint,
@@ -36,7 +39,7 @@ from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.rng import rng_state, set_rng_state
 from digideep.pipeline.session import Session
 from digideep.pipeline.upload_cache import UploadCache
-from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal
+from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal, complete_size
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["RunnerStateMixin", "resume_checkpoint"]
@@ -146,8 +149,27 @@ class RunnerStateMixin:
             "journal": self.journal.state_dict() if self.journal is not None else {},
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into the components this Runner built from the same params."""
+    def prepare_memories(self, state: dict[str, Any]) -> dict[str, PreparedRestore]:
+        """Read back and check every memory as ``state`` restores it, changing nothing (no file, no
+        pointer; see :meth:`digideep.memory.Memory.prepare_restore`).
+
+        Raises:
+            DamagedMemoryError: a memory lacks a chunk file or a chunk fails its checksum.
+        """
+        return {
+            name: components.prepare_memory(memory, state["memories"][name])
+            for name, memory in self.memories.items()
+        }
+
+    def load_state_dict(
+        self, state: dict[str, Any], prepared: dict[str, PreparedRestore] | None = None
+    ) -> None:
+        """Restore :meth:`state_dict` into the components this Runner built from the same params.
+
+        ``prepared``: :meth:`prepare_memories`'s for this ``state`` (made first when not given), so
+        that a damaged memory is found before any memory, or the journal, changes.
+        """
+        prepared = self.prepare_memories(state) if prepared is None else prepared
         self.counters = Counters.from_dict(state["counters"])
         for name, agent in self.agents.items():
             agent.load_state_dict(state["agents"][name])
@@ -155,7 +177,7 @@ class RunnerStateMixin:
             if mode in state["explorers"]:
                 explorer.load_state_dict(state["explorers"][mode])
         for name, memory in self.memories.items():
-            components.restore_memory(memory, state["memories"][name])
+            components.restore_memory(memory, state["memories"][name], prepared[name])
         self.monitor.load_state_dict(state["monitor"])
         set_rng_state(state["rng"])
         if self.journal is not None and "offset" in state.get("journal", {}):
@@ -200,16 +222,24 @@ class RunnerStateMixin:
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
         params: dict[str, Any] | None = None,
+        accept: Callable[[dict[str, PreparedRestore]], None] | None = None,
     ) -> Self:
         """:meth:`from_checkpoint` of a checkpoint already read; a restore that fails (a damaged
-        memory) closes the Runner (its environments and memory threads) before the error goes on."""
+        memory) closes the Runner (its environments and memory threads) before the error goes on.
+
+        ``accept(prepared)`` sees what every memory brings back, read and checked, before anything
+        is restored; it refuses by raising (a resume refuses a memory that does not come back whole).
+        """
         folders = info.get(IMPORT_PATHS) or session.info().get(IMPORT_PATHS)  # older runner.json: none
         use_code_folders(folders, params or info["params"], f"session '{session.url}'")
         components.check_classes(info, path)
         runner = cls(session, params or info["params"], tracker=tracker, modes=modes)
         try:
             if "train" in modes:
-                runner.load_state_dict(states)
+                prepared = runner.prepare_memories(states)  # reads only: a refusal changes nothing
+                if accept is not None:
+                    accept(prepared)
+                runner.load_state_dict(states, prepared)
             else:  # play: only the policies (and the eval explorer's normalisers) are needed
                 for name, agent in runner.agents.items():
                     agent.load_state_dict(states["agents"][name])
@@ -232,7 +262,12 @@ class RunnerStateMixin:
         every memory comes back as it saved it: the replay memory is one ring that moved on since
         an older checkpoint (only the newest is kept whole by the undo area), so an older one whose
         rows later stores overwrote is refused, and so is every checkpoint when a memory chunk fails
-        its checksum (they all read the same memory).
+        its checksum or a chunk file is missing (they all read the same memory).
+
+        Every check reads only: the journal's length, the checkpoint's files, every memory (its chunk
+        files listed, every chunk read into the next RAM ring and checked, see
+        :meth:`prepare_memories`). Only a checkpoint that passes them all is restored (memories,
+        then the journal rewound), so a refusal leaves every file of the session as it was.
 
         Returns:
             The Runner and its checkpoint, or None if the session has no committed checkpoint.
@@ -241,25 +276,23 @@ class RunnerStateMixin:
             UsageError: no checkpoint resumes exactly: one line naming what is damaged and what to do.
         """
         skipped: list[tuple[Checkpoint, str]] = []
-        journal = MetricsJournal(session.path / JOURNAL_FILE)
+        journal = session.path / JOURNAL_FILE
+        journal_size = complete_size(journal)  # reads only: a torn tail is cut once the resume goes on
         for checkpoint in committed_checkpoints(session.checkpoints_location):
             try:
                 info, states = load_checkpoint(checkpoint.path)
             except DamagedCheckpointError as error:
                 skipped.append((checkpoint, str(error)))
                 continue
-            short = _journal_short_of(journal, states.get("journal", {}).get("offset", 0))
+            short = _journal_short_of(journal, journal_size, states.get("journal", {}).get("offset", 0))
             if short:
                 skipped.append((checkpoint, short))
                 continue
-            try:
-                runner = cls._build(session, checkpoint.path, info, states)
+            accept = functools.partial(_refuse_unless_whole, session, list(skipped), checkpoint)
+            try:  # every memory is checked before anything is restored, the journal rewound last
+                runner = cls._build(session, checkpoint.path, info, states, accept=accept)
             except DamagedMemoryError as error:
                 raise UsageError(f"{error}; {_every_checkpoint_reads_it(session)}") from None
-            moved = _memories_not_whole(runner, states["memories"])
-            if moved:
-                runner.close()
-                raise UsageError(_nothing_left(session, skipped, checkpoint, moved))
             if skipped:
                 log.warning("%s", _fallback_line(skipped, checkpoint, info))
             return runner, checkpoint
@@ -268,11 +301,12 @@ class RunnerStateMixin:
         return None
 
 
-def _journal_short_of(journal: MetricsJournal, offset: int) -> str:
-    """Why ``journal`` cannot be rewound to a checkpoint's ``offset`` (empty when it can): it was cut."""
-    if offset <= journal.size:
+def _journal_short_of(journal: Path, size: int, offset: int) -> str:
+    """Why ``journal`` (``size`` bytes of whole records) cannot be rewound to a checkpoint's ``offset``
+    (empty when it can): it was cut."""
+    if offset <= size:
         return ""
-    return f"the metrics journal {journal.path} holds {journal.size} bytes, short of the {offset} this checkpoint covers (it was cut)"
+    return f"the metrics journal {journal} holds {size} bytes, short of the {offset} this checkpoint covers (it was cut)"
 
 
 def _every_checkpoint_reads_it(session: Session) -> str:
@@ -288,17 +322,25 @@ def _start_anew(session: Session) -> str:
     return f"start a new session (digideep train --params {module}) and keep this one to inspect"
 
 
-def _memories_not_whole(runner: Any, saved: dict[str, Any]) -> str:
-    """What the restored memories lack of the checkpoint's (empty when they came back whole)."""
-    out = []
-    for name, memory in runner.memories.items():
-        restored = memory.state_dict()
-        if any(saved[name].get(key) != value for key, value in restored.items()):
-            out.append(
-                f"memory '{name}' keeps {restored.get('size')} of its {saved[name].get('size')} rows per "
-                "worker (later stores overwrote the others)"
-            )
-    return "; ".join(out)
+def _refuse_unless_whole(
+    session: Session,
+    skipped: list[tuple[Checkpoint, str]],
+    checkpoint: Checkpoint,
+    prepared: dict[str, PreparedRestore],
+) -> None:
+    """Refuse ``checkpoint`` (and so every older one) when a memory would not come back whole.
+
+    Raises:
+        UsageError: one line naming what each memory lacks and what to do.
+    """
+    moved = "; ".join(
+        f"memory '{name}' keeps {restore.state.size} of its {restore.target.size} rows per worker "
+        "(later stores overwrote the others)"
+        for name, restore in prepared.items()
+        if not restore.whole
+    )
+    if moved:
+        raise UsageError(_nothing_left(session, skipped, checkpoint, moved))
 
 
 def _fallback_line(skipped: list[tuple[Checkpoint, str]], used: Checkpoint, info: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import Runner, StageCall, call_directly
 from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.pipeline.signals import raise_if_stopped
 from digideep.pipeline.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
@@ -74,13 +75,19 @@ def open_run(
         description: what the run is for (``--msg``): ``description`` in ``session.json`` and the
             MLflow run's note (``mlflow.note.content``). A resumed run keeps the one it started with.
 
+    A stop signal recorded before the session is opened ends the run there, with nothing written;
+    one that comes later stops it at its first stage boundary, with a checkpoint
+    (:mod:`digideep.pipeline.signals`).
+
     Raises:
         UsageError: bad params or cpanel, a missing or busy session, a damaged checkpoint.
+        StoppedBeforeStartError: a stop signal came before the session was opened.
     """
     root = str(session_path)  # a URL stays a URL (Path would fold s3:// into s3:/)
     if resume:
         if session_name is None:
             raise UsageError("resuming needs a session name (the folder under --session-path)")
+        raise_if_stopped()
         session = Session(root=root, name=session_name, resume=True)
         run_log = RunLog(session.log_path)
         try:
@@ -98,6 +105,7 @@ def open_run(
     else:
         overrides = cpanel if isinstance(cpanel, dict) else None
         resolved = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
+    raise_if_stopped()
     session = Session(root=root, name=session_name, params_name=resolved.module)
     run_log = RunLog(session.log_path)
     set_torch_threads(resolved.params.get("session", {}).get("torch_threads"))

@@ -167,6 +167,7 @@ def wait_for_http(
     timeout: float = 180.0,
     log: Path | None = None,
     error: type[Exception] = RuntimeError,
+    check: Callable[[], None] | None = None,
 ) -> None:
     """Wait until ``url`` answers with a success status, while the server ``process`` that should
     answer it keeps running.
@@ -178,6 +179,7 @@ def wait_for_http(
         timeout: seconds before giving up.
         log: the server's log file, named in the message.
         error: the exception type raised.
+        check: called before every poll; what it raises ends the wait (e.g. a stop signal came).
 
     Raises:
         error: the server exited, or did not answer within ``timeout``.
@@ -185,6 +187,8 @@ def wait_for_http(
     see = f"; see {log}" if log is not None else ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if check is not None:
+            check()
         if process.poll() is not None:
             raise error(f"{what} exited while starting{see}")
         try:

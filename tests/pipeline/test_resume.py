@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -69,14 +70,21 @@ def run(command: list[str], env: dict, timeout: float = 300) -> subprocess.Compl
     return result
 
 
-def kill_after_checkpoint(command: list[str], env: dict, checkpoints: Path, count: int) -> None:
-    """Start training and SIGKILL it as soon as ``count`` checkpoints are committed (wherever it is then)."""
+def kill_after_checkpoint(
+    command: list[str], env: dict, checkpoints: Path, count: int, ready: Callable[[], bool] | None = None
+) -> None:
+    """Start training and SIGKILL it as soon as ``count`` checkpoints are committed (wherever it is then)
+    and ``ready()`` holds, if given."""
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        if checkpoints.is_dir() and len(find_checkpoints(checkpoints)) >= count:
+        if (
+            checkpoints.is_dir()
+            and len(find_checkpoints(checkpoints)) >= count
+            and (ready is None or ready())
+        ):
             break
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,13 +85,19 @@ def driver_env(run_env: dict, root: Path, driver: str) -> dict[str, str]:
     return {**env, "PREFECT_HOME": str(root / "prefect")} if driver == "prefect" else env
 
 
-def wait_for_first_checkpoint(process: subprocess.Popen, session: Path, timeout: float = 300) -> None:
-    """Return once ``session`` has a committed checkpoint (or ``process`` ended, or ``timeout`` passed)."""
+def wait_until(process: subprocess.Popen, condition: Callable[[], object], timeout: float = 300) -> None:
+    """Return once ``condition()`` holds (or ``process`` ended, or ``timeout`` passed)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        if (session / "checkpoints").is_dir() and find_checkpoints(session / "checkpoints"):
+        if condition():
             return
         time.sleep(0.02)
+
+
+def wait_for_first_checkpoint(process: subprocess.Popen, session: Path, timeout: float = 300) -> None:
+    """Return once ``session`` has a committed checkpoint (or ``process`` ended, or ``timeout`` passed)."""
+    checkpoints = session / "checkpoints"
+    wait_until(process, lambda: checkpoints.is_dir() and find_checkpoints(checkpoints), timeout)
 
 
 def stop_after_first_checkpoint(
