@@ -14,11 +14,20 @@ from typing import Any
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
+from digideep.memory.storage import PreparedRestore
 from digideep.pipeline.session import Session
 from digideep.utility.imports import import_object
 from digideep.utility.user_code import FIX
 
-__all__ = ["Built", "build", "check_classes", "copy_normalizers", "load_normalizers", "restore_memory"]
+__all__ = [
+    "Built",
+    "build",
+    "check_classes",
+    "copy_normalizers",
+    "load_normalizers",
+    "prepare_memory",
+    "restore_memory",
+]
 
 
 @dataclass
@@ -121,10 +130,20 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
         )
 
 
-def restore_memory(memory: Any, state: dict[str, Any]) -> None:
-    """Return a memory to a checkpoint's state, its data included (``memory.restore(state)``).
+def prepare_memory(memory: Any, state: dict[str, Any]) -> PreparedRestore:
+    """Read back and check what restoring a memory to a checkpoint's state brings back, changing
+    nothing (``memory.prepare_restore(state)``).
+
+    Raises:
+        DamagedMemoryError: a chunk file is missing or a chunk fails its checksum.
+    """
+    return memory.prepare_restore(state)
+
+
+def restore_memory(memory: Any, state: dict[str, Any], prepared: PreparedRestore | None = None) -> None:
+    """Return a memory to a checkpoint's state, its data included (``memory.restore(state, prepared)``).
 
     Rows written after the checkpoint (by the background writer or a flush before a crash) are
-    undone: the memory holds exactly the rows the checkpoint saw.
+    undone: the memory holds exactly the rows the checkpoint saw. ``prepared``: :func:`prepare_memory`'s.
     """
-    memory.restore(state)
+    memory.restore(state, prepared)

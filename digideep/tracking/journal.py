@@ -46,7 +46,7 @@ from typing import Any
 from digideep.tracking.naming import mlflow_key
 from digideep.utility.files import atomic_write_json
 
-__all__ = ["CHECKPOINT_METRIC", "JOURNAL_FILE", "SENT_FILE", "MetricsJournal", "Record"]
+__all__ = ["CHECKPOINT_METRIC", "JOURNAL_FILE", "SENT_FILE", "MetricsJournal", "Record", "complete_size"]
 
 log = logging.getLogger(__name__)
 
@@ -215,21 +215,13 @@ class MetricsJournal:
         """The size of the complete records; cuts a torn tail the first time (lock held)."""
         if self._size is not None:
             return self._size
-        if not self.path.exists():
-            self._size = 0
-            return 0
-        data = self.path.read_bytes()
-        good = 0
-        for line in data.splitlines(keepends=True):
-            if not line.endswith(b"\n") or not _parses(line):
-                break
-            good += len(line)
-        if good < len(data):
+        good, length = _complete(self.path)
+        if good < length:
             log.warning(
                 "metrics journal %s ends with %d bytes of an unfinished record (a kill while writing); "
                 "dropped",
                 self.path,
-                len(data) - good,
+                length - good,
             )
             with open(self.path, "r+b") as file:
                 file.truncate(good)
@@ -239,6 +231,25 @@ class MetricsJournal:
 
     def __repr__(self) -> str:
         return f"MetricsJournal({str(self.path)!r})"
+
+
+def complete_size(path: str | Path) -> int:
+    """Bytes of the complete records of the journal at ``path`` (0 if there is none), reading only:
+    a torn tail is left where it is (a resume checks a checkpoint against it before it changes anything)."""
+    return _complete(Path(path))[0]
+
+
+def _complete(path: Path) -> tuple[int, int]:
+    """``(bytes of the complete records, bytes of the file)`` of the journal at ``path``."""
+    if not path.exists():
+        return 0, 0
+    data = path.read_bytes()
+    good = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n") or not _parses(line):
+            break
+        good += len(line)
+    return good, len(data)
 
 
 def _parses(line: bytes) -> bool:

@@ -7,12 +7,16 @@ the shared MLflow store), killed with SIGKILL after their second checkpoint as i
 - a damaged newest checkpoint (a flipped byte in ``states.pt``, a lost ``runner.json``) or a metrics
   journal cut mid-file: the resume passes over it, says so in one line, and ends bit-identical to the
   uninterrupted run (the replay ring is large enough that the previous checkpoint's rows survive);
-- a memory chunk damaged (low bits flipped in a rewards chunk, a chunk overwritten with NaN), or a
-  damaged newest checkpoint whose previous one the ring moved past: refused in one line, exit 1.
+- a memory chunk damaged (low bits flipped in a rewards chunk, a chunk overwritten with NaN, a chunk
+  file deleted), or a damaged newest checkpoint whose previous one the ring moved past: refused in
+  one line, exit 2, every file of the session as it was; once the damaged file has its bytes back,
+  the session resumes bit-identical to the uninterrupted run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -46,10 +50,21 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> dict[
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
     root = tmp_path_factory.mktemp("integrity")
     run(train_command(root, "straight", PARAMS, WHOLE), env)
+    run(train_command(root, "straight-wraps", PARAMS, WRAPS), env)
     for name, cpanel in (("killed", WHOLE), ("killed-wraps", WRAPS)):
-        kill_after_checkpoint(train_command(root, name, PARAMS, cpanel), env, root / name / "checkpoints", 2)
+        command, checkpoints = train_command(root, name, PARAMS, cpanel), root / name / "checkpoints"
+        kill_after_checkpoint(command, env, checkpoints, 2, ready=lambda n=name: memory_anchored(root / n))
         assert not (root / name / "done.json").exists(), "the run finished before it could be killed"
     return {"root": root, "env": env}
+
+
+def memory_anchored(session: Path) -> bool:
+    """Whether the replay memory made the newest checkpoint its anchor (the Runner tells it right after
+    the checkpoint's commit; a kill between the two leaves the previous checkpoint exactly restorable)."""
+    newest = find_checkpoints(session / "checkpoints")[-1].iteration
+    record = json.loads((session / "memory" / "train.zarr" / "zarr.json").read_text())
+    anchor = record["attributes"]["digideep_memory"]["anchor"] or {}
+    return anchor.get("total") == newest * SMALL_SAC["n_steps"]  # one worker: frames = ring rows
 
 
 def damaged_copy(sessions: dict, source: str, name: str, damage: Callable[[Path], None]) -> Path:
@@ -181,3 +196,83 @@ def test_a_refusal_on_the_prefect_path_is_one_line_too(sessions: dict, tmp_path:
     assert "Traceback" not in output and "Finished in state" not in output, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith("digideep: error:")]
     assert len(errors) == 1 and "start a new session" in errors[0], output[-3000:]
+
+
+def session_files(session: Path) -> dict[str, str]:
+    """``{path: sha256}`` of every file of ``session`` but its log (where a refusal writes its line)
+    and its lock (``.lock``, ``.lock.json``: every command that opens the session takes and releases it)."""
+    files = sorted(
+        f
+        for f in session.rglob("*")
+        if f.is_file() and f.name != "log.txt" and not f.name.startswith(".lock")
+    )
+    return {str(f.relative_to(session)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def main_chunk(key: str) -> Callable[[Path], Path]:
+    """The first chunk file of ``key`` that the undo area holds no copy of (a resume reads it in place)."""
+
+    def pick(session: Path) -> Path:
+        store = session / "memory" / "train.zarr"
+        files = sorted(f for f in (store / key / "c").rglob("*") if f.is_file())
+        return next(f for f in files if not (store / "_undo" / f.relative_to(store)).exists())
+
+    return pick
+
+
+def newest_states(session: Path) -> Path:
+    return newest_two(session)[0] / "states.pt"
+
+
+def flip_first_byte(file: Path) -> None:
+    flip_byte(file, 0)
+
+
+def flip_byte_200(file: Path) -> None:
+    flip_byte(file, 200)
+
+
+def delete(file: Path) -> None:
+    file.unlink()
+
+
+@pytest.mark.parametrize(
+    ("source", "pick", "damage", "said"),
+    [
+        ("killed", main_chunk("rewards"), flip_first_byte, "key '/rewards' fail their checksum"),
+        ("killed", main_chunk("observations"), delete, "key '/observations' are missing (observations/c/0/"),
+        ("killed-wraps", newest_states, flip_byte_200, "(only the newest checkpoint's memory is kept whole)"),
+    ],
+    ids=["rewards chunk flipped", "observations chunk deleted", "states.pt flipped, ring moved on"],
+)
+def test_a_refusal_changes_no_file_and_the_repaired_session_resumes_bit_identical(
+    sessions: dict, source: str, pick: Callable[[Path], Path], damage: Callable[[Path], None], said: str
+) -> None:
+    """The resume checks every memory and the journal before it restores anything: a refusal leaves
+    the memory (its undo area included), the journal and the checkpoints byte for byte, so putting
+    the damaged file's bytes back makes the session resume as if nothing had happened."""
+    name = f"repaired-{source}-{damage.__name__}-{pick.__name__}"
+    session = damaged_copy(sessions, source, name, lambda s: None)
+    file = pick(session)
+    original = file.read_bytes()
+    damage(file)
+    before = session_files(session)
+    result = resume(sessions, name)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if said in line]
+    assert len(errors) == 1 and "start a new session" in errors[0], result.stderr[-3000:]
+    assert session_files(session) == before
+
+    file.write_bytes(original)
+    result = resume(sessions, name)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "passing over" not in result.stderr  # the newest checkpoint, as before the damage
+    straight = "straight" if source == "killed" else "straight-wraps"
+    straight_states, straight_memory = final_state(sessions["root"], straight)
+    states, memory = final_state(sessions["root"], name)
+    assert memory["iteration"] == straight_memory["iteration"] == 8
+    assert_same_training(straight_states, states)
+    assert memory["pointers"] == straight_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, memory["contents"][key], err_msg=key)
