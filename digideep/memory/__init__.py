@@ -28,6 +28,8 @@ Contract (relied on by the Runner and the agents)
       ``zarr.Array`` in "disk" mode), ``size`` (valid transition rows per worker), ``pos``,
       ``num_workers``, ``capacity``, ``valid_rows()``, ``physical_rows(logical)``,
       ``gather(key, workers, rows)``, ``last_chunk()``.
+    - ``mirror(device, keys)``: the rings on a torch device (:mod:`digideep.memory.mirror`), which
+      every ``store()`` keeps equal to the RAM ring; on the CPU the RAM ring itself.
 
 ``RolloutMemory(num_workers, keep=1, name="rollout", frames=True)``
     On-policy: holds the latest chunk(s) by reference (no copy), stacked uint8 frames (Atari) one
@@ -37,8 +39,9 @@ Contract (relied on by the Runner and the agents)
 
 ``Sampler(units, info)``; ``sampler(memory)``
     Runs ``unit(data, info) -> data`` in order (:mod:`digideep.memory.sampler`). Typed samplers:
-    ``UniformTransitions(batch_size, num_batches, keys, seed)`` and ``LastChunk(units)``. Units:
-    :func:`get_last_chunk`, :func:`uniform_transitions`, :func:`select_keys`,
+    ``UniformTransitions(batch_size, num_batches, keys, seed)``, its twin on a torch device
+    ``DeviceUniformTransitions(..., device)`` and ``LastChunk(units)``. Units:
+    :func:`get_last_chunk`, :func:`uniform_transitions`, :func:`device_uniform_transitions`, :func:`select_keys`,
     :func:`drop_final_prestep`, :func:`flatten_first_two`, :func:`minibatch_iterator`; debug units
     :func:`inspect_shapes`, :func:`check_nan`, :func:`chunk_stats`.
 
@@ -107,11 +110,13 @@ not written back. Costs, chunk shapes and measurements: ``docs/memory.md``.
 from digideep.memory.debug import check_nan, chunk_stats, inspect_shapes
 from digideep.memory.layout import DamagedMemoryError, KeySpec
 from digideep.memory.memory import Memory
+from digideep.memory.mirror import DeviceMirror
 from digideep.memory.ring import RingState
 from digideep.memory.rollout import RolloutMemory
-from digideep.memory.sampler import LastChunk, Sampler, UniformTransitions, Unit
+from digideep.memory.sampler import DeviceUniformTransitions, LastChunk, Sampler, UniformTransitions, Unit
 from digideep.memory.storage import Storage
 from digideep.memory.units import (
+    device_uniform_transitions,
     drop_final_prestep,
     flatten_first_two,
     get_last_chunk,
@@ -122,6 +127,8 @@ from digideep.memory.units import (
 
 __all__ = [
     "DamagedMemoryError",
+    "DeviceMirror",
+    "DeviceUniformTransitions",
     "KeySpec",
     "LastChunk",
     "Memory",
@@ -133,6 +140,7 @@ __all__ = [
     "Unit",
     "check_nan",
     "chunk_stats",
+    "device_uniform_transitions",
     "drop_final_prestep",
     "flatten_first_two",
     "get_last_chunk",

@@ -1,7 +1,10 @@
 """Debug units to inject into any sampler: shapes, NaN detection, mean and std of a chunk.
 
 Each takes a flat dict of arrays (or an iterator of them, e.g. after ``minibatch_iterator``, in
-which case it checks every item as it is drawn) and returns its input unchanged::
+which case it checks every item as it is drawn) and returns its input unchanged. The arrays may be
+numpy arrays or torch tensors on any device (after :class:`~digideep.memory.DeviceUniformTransitions`):
+``check_nan`` checks tensors where they are and reads back one flag per key (one device sync per
+key), ``chunk_stats`` copies tensors to the host::
 
     sampler.insert(1, check_nan)     # right after the source unit
     sampler.insert(1, inspect_shapes)
@@ -14,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from digideep.utility.monitoring import monitor
 
@@ -21,7 +25,18 @@ __all__ = ["check_nan", "chunk_stats", "inspect_shapes"]
 
 logger = logging.getLogger(__name__)
 
-Batch = dict[str, np.ndarray]
+Batch = Mapping[str, np.ndarray | torch.Tensor]
+
+
+def _floating(value: np.ndarray | torch.Tensor) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() or value.is_complex()
+    return value.dtype.kind in "fc"
+
+
+def _host(value: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A numpy array of ``value`` (a tensor is copied to the host)."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _each(data: Any, check: Callable[[Batch], None]) -> Any:
@@ -42,7 +57,7 @@ def inspect_shapes(data: Any, info: dict[str, Any]) -> Any:
     tag = info.get("debug_tag", "sampler")
 
     def check(batch: Batch) -> None:
-        lines = "\n".join(f"  {key}: {value.shape} {value.dtype}" for key, value in batch.items())
+        lines = "\n".join(f"  {key}: {tuple(value.shape)} {value.dtype}" for key, value in batch.items())
         logger.info("%s shapes:\n%s", tag, lines)
 
     return _each(data, check)
@@ -62,14 +77,14 @@ def check_nan(data: Any, info: dict[str, Any]) -> Any:
 
     def check(batch: Batch) -> None:
         for key, value in batch.items():
-            if key in skip or value.dtype.kind not in "fc":
+            if key in skip or not _floating(value):
                 continue
-            finite = np.isfinite(value)
+            finite = torch.isfinite(value) if isinstance(value, torch.Tensor) else np.isfinite(value)
             if not finite.all():
-                bad = np.argwhere(~finite)
+                bad = np.argwhere(~_host(finite))
                 raise ValueError(
-                    f"check_nan: key '{key}' {value.shape} holds {len(bad)} NaN/inf values, the first "
-                    f"at index {tuple(int(i) for i in bad[0])}"
+                    f"check_nan: key '{key}' {tuple(value.shape)} holds {len(bad)} NaN/inf values, the "
+                    f"first at index {tuple(int(i) for i in bad[0])}"
                 )
 
     return _each(data, check)
@@ -86,7 +101,8 @@ def chunk_stats(data: Any, info: dict[str, Any]) -> Any:
 
     def check(batch: Batch) -> None:
         lines = []
-        for key, value in batch.items():
+        for key, tensor in batch.items():
+            value = _host(tensor)
             if key == "/indices" or value.dtype.kind not in "biuf":
                 continue
             values = value.astype(np.float64, copy=False)

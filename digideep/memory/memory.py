@@ -9,17 +9,19 @@ for what a memory needs from its storage (and which storage its arguments pick);
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import zarr
 
 from digideep.memory.durable.write_through import WriteThroughStorage
 from digideep.memory.durable.zarr_storage import DISK_CHUNK_BYTES, WRITE_THROUGH_CHUNK_BYTES, ZarrStorage
 from digideep.memory.layout import KeySpec, validate_chunk
 from digideep.memory.location import Location
+from digideep.memory.mirror import DeviceMirror
 from digideep.memory.ring import RingCursor, RingState, logical_to_physical, parse_state, ring_slices
 from digideep.memory.storage import PreparedRestore, RamStorage, Storage
 
@@ -83,6 +85,7 @@ class Memory:
             max_pending,
         )
         self.cursor = RingCursor(int(capacity))
+        self.mirrors: dict[tuple[torch.device, bool | None], DeviceMirror] = {}
 
     @classmethod
     def from_params(cls, *, location: str, num_workers: int, name: str, **args: Any) -> Memory:
@@ -178,6 +181,24 @@ class Memory:
             out[key] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return out
 
+    def mirror(
+        self, device: torch.device | str, keys: Sequence[str], copy: bool | None = None
+    ) -> DeviceMirror:
+        """The rings of ``keys`` on ``device`` (:class:`~digideep.memory.mirror.DeviceMirror`), which
+        every later :meth:`store` keeps equal to the RAM ring; created (and filled) on the first call
+        for a device, the same object later. On the CPU it is the RAM ring itself (no copy) unless
+        ``copy`` (``DeviceMirror``'s: ``True`` runs the CUDA path on the CPU).
+
+        Raises:
+            KeyError: a key the memory has not stored yet.
+            ValueError: a ``mode="disk"`` memory (no RAM ring).
+        """
+        device = torch.device(device)
+        mirror = self.mirrors.get((device, copy)) or DeviceMirror(self.storage, device, self.name, copy)
+        mirror.add([self._known(key) for key in keys])
+        self.mirrors[device, copy] = mirror  # kept once filled: a refused mirror is never written
+        return mirror
+
     def _known(self, key: str) -> str:
         if key not in self.storage.specs:
             raise KeyError(f"memory '{self.name}' has no key {key!r}; it holds {list(self.storage.specs)}")
@@ -203,6 +224,8 @@ class Memory:
         pieces, new_state = self.cursor.place(rows)
         self.storage.write(chunk, pieces, new_specs, new_state)
         self.cursor.state = new_state
+        for mirror in self.mirrors.values():
+            mirror.write(pieces)
 
     # -- persistence ---------------------------------------------------------------------------
     def guard_writes(self, guard: Callable[[], None]) -> None:
@@ -253,6 +276,7 @@ class Memory:
         """
         state, _ = self.storage.load()
         self.cursor.state = state
+        self._refill_mirrors()
 
     def prepare_restore(self, state: Mapping[str, int]) -> PreparedRestore:
         """Read back and check what :meth:`restore` to ``state`` brings back, changing nothing (no
@@ -287,6 +311,12 @@ class Memory:
         """
         target = self._ring_state(state)
         self.cursor.state = self.storage.restore(target, self.cursor.state, prepared)
+        self._refill_mirrors()
+
+    def _refill_mirrors(self) -> None:
+        """The device mirrors from the ring again, after the memory returned to a saved state."""
+        for mirror in self.mirrors.values():
+            mirror.refill()
 
     def state_dict(self) -> dict[str, int]:
         """Pointers and counters (never the data): the cursor's ``pos``, ``size``, ``total``,

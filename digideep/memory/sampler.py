@@ -9,7 +9,10 @@ seeded from ``info.get("seed")``, unless ``info`` brings its own; its state is i
 
 Typed samplers build the usual compositions from keyword arguments: :class:`UniformTransitions`
 (off-policy) and :class:`LastChunk` (on-policy); both are :class:`Sampler` objects (units can be
-injected, ``state_dict`` holds the generator's state).
+injected, ``state_dict`` holds the generator's state). :class:`DeviceUniformTransitions` is the
+off-policy draw on a torch device: indices drawn there by a ``torch.Generator`` (its state in the
+``state_dict`` too), rows gathered from the memory's device mirror; the units after it receive
+torch tensors on that device.
 
 Example (off-policy, with a NaN check injected)::
 
@@ -25,14 +28,18 @@ Example (off-policy, with a NaN check injected)::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
-from digideep.memory.units import get_last_chunk, uniform_transitions
+from digideep.memory.units import device_uniform_transitions, get_last_chunk, uniform_transitions
 
-__all__ = ["LastChunk", "Sampler", "UniformTransitions", "Unit"]
+__all__ = ["DeviceUniformTransitions", "LastChunk", "Sampler", "UniformTransitions", "Unit"]
+
+logger = logging.getLogger(__name__)
 
 Unit = Callable[[Any, dict[str, Any]], Any]
 
@@ -118,6 +125,79 @@ class UniformTransitions(Sampler):
             "seed": seed,
         }
         super().__init__([uniform_transitions, *units], info)
+
+
+class DeviceUniformTransitions(Sampler):
+    """:class:`UniformTransitions` on a torch device: no host gather, no host-to-device copy.
+
+    Indices are drawn on ``device`` by a ``torch.Generator`` seeded with ``seed``; rows are gathered
+    from the memory's device mirror (:meth:`~digideep.memory.Memory.mirror`, the RAM ring itself on
+    the CPU). ``sampler(memory)`` returns ``{key: (num_batches, batch_size, *row_shape)}`` torch
+    tensors on ``device`` plus ``"/indices"``; units after the draw receive those tensors.
+
+    ``state_dict()`` holds the torch generator's state (a uint8 tensor) beside the numpy generator's
+    (which units may draw from), so a resumed run draws the same batches. A state saved on another
+    device type (a CUDA run resumed on the CPU, or a state of :class:`UniformTransitions`) cannot
+    continue that stream: the generator is then seeded from the numpy generator, deterministically.
+
+    Args:
+        batch_size: transitions per batch.
+        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
+        keys: keys to read; ``None`` reads every key.
+        seed: seed of both generators.
+        device: where indices are drawn, rows gathered and batches returned.
+        units: units run after the draw (transforms, debug units), on torch tensors.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_batches: int = 1,
+        keys: Sequence[str] | None = None,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        units: Sequence[Unit] = (),
+    ) -> None:
+        if int(batch_size) < 1 or int(num_batches) < 1:
+            raise ValueError(
+                f"DeviceUniformTransitions needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
+            )
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+        info = {
+            "batch_size": int(batch_size),
+            "num_batches": int(num_batches),
+            "keys": None if keys is None else list(keys),
+            "seed": seed,
+            "device": self.device,
+            "generator": self.generator,
+        }
+        super().__init__([device_uniform_transitions, *units], info)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Both generators' states: ``rng`` (numpy, as :class:`Sampler`) and ``generator``:
+        ``{"device": "cuda", "state": (n,) uint8 tensor}``; loads with ``weights_only=True``."""
+        generator = {"device": self.device.type, "state": self.generator.get_state()}
+        return {**super().state_dict(), "generator": generator}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        saved = state.get("generator")  # absent in a state of UniformTransitions
+        if saved is not None and saved["device"] == self.device.type:
+            self.generator.set_state(saved["state"].cpu())
+            return
+        origin = "the host sampler" if saved is None else f"a {saved['device']} generator"
+        logger.info(
+            "sampler: the saved state is %s's, not a %s generator's: the draws continue from a seed "
+            "taken from the numpy generator (the same on every resume, not the saved stream)",
+            origin,
+            self.device.type,
+        )
+        self.generator.manual_seed(int(self.rng.integers(2**63)))
 
 
 class LastChunk(Sampler):

@@ -2,9 +2,11 @@
 
 Sources (first unit, take a memory):
 - :func:`get_last_chunk`: the latest chunk, ``(W, T + 1, ...)`` per key (on-policy);
-- :func:`uniform_transitions`: uniform (worker, row) transitions, ``(num_batches, batch_size, ...)``.
+- :func:`uniform_transitions`: uniform (worker, row) transitions, ``(num_batches, batch_size, ...)``;
+- :func:`device_uniform_transitions`: the same draw on a torch device, gathered from the memory's
+  device mirror: torch tensors on that device.
 
-Transforms (take and return a flat dict of arrays):
+Transforms (take and return a flat dict of arrays, numpy or torch alike):
 - :func:`select_keys`, :func:`drop_final_prestep`, :func:`flatten_first_two`;
 - :func:`minibatch_iterator`: returns an iterator of minibatch dicts (put it last).
 """
@@ -16,8 +18,10 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import torch
 
 __all__ = [
+    "device_uniform_transitions",
     "drop_final_prestep",
     "flatten_first_two",
     "get_last_chunk",
@@ -75,6 +79,50 @@ def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
         values = memory.gather(key, workers, rows)
         batch[key] = values.reshape(num_batches, batch_size, *values.shape[1:])
     batch["/indices"] = np.stack((workers, rows), axis=-1).reshape(num_batches, batch_size, 2)
+    return batch
+
+
+def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """:func:`uniform_transitions` on a torch device: drawn by a ``torch.Generator`` there, gathered
+    from the memory's device mirror (:meth:`~digideep.memory.Memory.mirror`), no host copy.
+
+    The same distribution as :func:`uniform_transitions` (uniform, with replacement, over every
+    worker's valid rows, never the final prestep), from another random stream.
+
+    info:
+        batch_size (int), num_batches (int, default 1), keys (list[str] | None, default all): as in
+            :func:`uniform_transitions`.
+        device (torch.device): where the mirror lives and the batch is returned.
+        generator (torch.Generator): on ``device``; added by :class:`~digideep.memory.DeviceUniformTransitions`.
+
+    Returns:
+        ``{key: (num_batches, batch_size, *row_shape)}`` tensors on ``device`` in the memory's dtypes,
+        plus ``"/indices": (num_batches, batch_size, 2) int64`` holding (worker, physical row).
+
+    Raises:
+        ValueError: if the memory holds no transition yet, or reads Zarr (``mode="disk"``).
+    """
+    batch_size = int(info["batch_size"])
+    num_batches = int(info.get("num_batches", 1))
+    size = memory.size
+    if size <= 0:
+        raise ValueError(
+            "device_uniform_transitions: the memory holds no transition yet; store a chunk first "
+            "(with warm_start, explore before the first update)"
+        )
+    keys = info.get("keys") or memory.keys()
+    device = torch.device(info["device"])
+    mirror = memory.mirror(device, keys)
+    count = num_batches * batch_size
+    draws = torch.randint(0, memory.num_workers * size, (count,), generator=info["generator"], device=device)
+    workers, logical = draws.div(size, rounding_mode="floor"), draws.remainder(size)
+    rows = memory.physical_rows(logical)
+    index = workers * memory.capacity + rows
+    batch = {}
+    for key in keys:
+        values = mirror.gather(key, index)
+        batch[key] = values.view(num_batches, batch_size, *values.shape[1:])
+    batch["/indices"] = torch.stack((workers, rows), dim=-1).view(num_batches, batch_size, 2)
     return batch
 
 
