@@ -235,6 +235,12 @@ class AgentBase:
         measurement behind the choice. Agents override it with their own figures."""
         return "eager", "no measurement favours another mode for this agent"
 
+    def resolved_settings(self) -> dict[str, str]:
+        """What this agent's params left to the machine, as it was decided: ``{"update_mode": "eager"}``
+        (nothing for an agent without an update function); the Runner records each as
+        ``agents/<name>/resolved/<setting>`` in ``runner.json`` and in MLflow's params."""
+        return {} if self.update_mode is None else {"update_mode": self.update_mode}
+
     # -- state -----------------------------------------------------------------------------------
     def _stateful(self) -> dict[str, Any]:
         """Objects with ``state_dict()`` / ``load_state_dict()`` (policy, optimizers, noise)."""

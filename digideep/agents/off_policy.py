@@ -6,6 +6,14 @@ then draws ``updates_per_iteration`` minibatches of ``batch_size`` transitions i
 memory's sampler, and :meth:`update` moves them to the device once and makes one gradient step per
 minibatch: a call of the agent's :meth:`~OffPolicyAgent.gradient_step` (its update, written once) in
 the agent's ``update_mode``. Metric tensors are gathered on the device and read once at the end.
+
+Where the replay is sampled (``replay_device``): on the host, the numpy sampler
+(:class:`~digideep.memory.UniformTransitions`) gathers from the RAM ring and :meth:`prepare` copies
+the minibatches to the device; on the device, :class:`~digideep.memory.DeviceUniformTransitions`
+draws the indices there and gathers from the memory's device mirror, which the store stage keeps
+equal to the ring, so nothing crosses from host to device per iteration but the stored rows.
+``auto`` samples on the device when the agent's device is not the CPU; on the CPU the RAM ring is
+the mirror already, and the numpy sampler keeps the CPU runs' draws as they were.
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ import torch
 from digideep.agents.base import AgentBase
 from digideep.agents.update_modes import UpdateFunction
 from digideep.agents.utils import BoxScaler, MetricAccumulator, to_torch
-from digideep.memory import UniformTransitions
+from digideep.errors import UsageError
+from digideep.memory import DeviceUniformTransitions, Sampler, UniformTransitions
 
-__all__ = ["OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
+__all__ = ["REPLAY_DEVICES", "OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
+
+REPLAY_DEVICES = ("auto", "host", "device")
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +85,11 @@ class OffPolicyAgent(AgentBase):
             agent warns in one line (:func:`bfloat16_speed_note`).
         update_mode: how :meth:`gradient_step` runs: ``eager``, ``compile``, ``cudagraphs`` (CUDA) or
             ``auto`` (:meth:`auto_update_mode`); :mod:`digideep.agents.update_modes` says what each does.
+        replay_device: where minibatches are drawn and gathered: ``host`` (numpy, from the RAM ring,
+            then copied to the device), ``device`` (torch, on the agent's device, from the memory's
+            device mirror; on the CPU that is the RAM ring itself) or ``auto`` (``device`` unless the
+            agent runs on the CPU). The choice is :attr:`replay_device`, recorded as
+            ``agents/<name>/resolved/replay_device``. The two draw different random streams.
         **params: passed to :class:`AgentBase` (unknown names raise).
 
     Subclasses set ``policy_frequency`` (gradient steps per actor step), build their networks and
@@ -101,6 +117,7 @@ class OffPolicyAgent(AgentBase):
         seed: int = 0,
         precision: str = "float32",
         update_mode: str = "auto",
+        replay_device: str = "auto",
         **params: Any,
     ) -> None:
         super().__init__(name, session, observation_space, action_space, **params)
@@ -123,9 +140,20 @@ class OffPolicyAgent(AgentBase):
             note = bfloat16_speed_note(self.device)
             if note:
                 log.warning("agent '%s': %s", name, note)
-        self.sampler = UniformTransitions(
-            self.batch_size, self.updates_per_iteration, keys=self.batch_keys(), seed=seed
-        )
+        self.replay_device = resolve_replay_device(replay_device, self.device, name)
+        self.sampler: Sampler = self.make_sampler(seed)
+
+    def make_sampler(self, seed: int) -> Sampler:
+        """The sampler of :attr:`replay_device`: ``updates_per_iteration`` minibatches of ``batch_size``
+        transitions of :meth:`batch_keys` per call, drawn uniformly."""
+        sizes = (self.batch_size, self.updates_per_iteration)
+        if self.replay_device == "device":
+            return DeviceUniformTransitions(*sizes, keys=self.batch_keys(), seed=seed, device=self.device)
+        return UniformTransitions(*sizes, keys=self.batch_keys(), seed=seed)
+
+    def resolved_settings(self) -> dict[str, str]:
+        """The update mode and :attr:`replay_device` (``host`` or ``device``) as they were decided."""
+        return {**super().resolved_settings(), "replay_device": self.replay_device}
 
     # -- keys ------------------------------------------------------------------------------------
     @property
@@ -143,18 +171,19 @@ class OffPolicyAgent(AgentBase):
         ]
 
     # -- Runner interface ------------------------------------------------------------------------
-    def sample(self, memory: Any) -> dict[str, np.ndarray] | None:
+    def sample(self, memory: Any) -> dict[str, np.ndarray | torch.Tensor] | None:
         """``updates_per_iteration`` minibatches of ``batch_size`` transitions drawn uniformly.
 
         Returns:
-            ``{key: (N, B, ...)}`` numpy arrays (plus ``/indices``), or None while the memory holds fewer
-            than ``learning_starts`` transitions.
+            ``{key: (N, B, ...)}`` (plus ``/indices``): numpy arrays (``replay_device`` host) or tensors
+            on the agent's device (``device``); None while the memory holds fewer than
+            ``learning_starts`` transitions.
         """
         if int(memory.size) * int(memory.num_workers) < max(self.learning_starts, 1):
             return None
         return self.sampler(memory)
 
-    def update(self, batches: Mapping[str, np.ndarray] | None) -> dict[str, float]:
+    def update(self, batches: Mapping[str, np.ndarray | torch.Tensor] | None) -> dict[str, float]:
         """One gradient step per minibatch of ``batches`` (``{key: (N, B, ...)}``); ``{}`` when None."""
         if batches is None:
             return {}
@@ -163,8 +192,9 @@ class OffPolicyAgent(AgentBase):
         self.iterations += 1
         return metrics
 
-    def prepare(self, batches: Mapping[str, np.ndarray]) -> Transitions:
-        """Move a sampled ``{key: (N, B, ...)}`` dict to the device as :class:`Transitions`."""
+    def prepare(self, batches: Mapping[str, np.ndarray | torch.Tensor]) -> Transitions:
+        """A sampled ``{key: (N, B, ...)}`` dict as :class:`Transitions` on the device: numpy arrays are
+        copied there (:func:`~digideep.agents.utils.to_torch`), tensors already there are used as they are."""
         missing = [k for k in self.batch_keys() if k not in batches]
         if missing:
             raise ValueError(f"agent '{self.name}': the batch lacks {missing}; sample it with agent.sample()")
@@ -262,6 +292,23 @@ def bfloat16_speed_note(device: torch.device) -> str | None:
         f"bfloat16 is likely slower than float32 on this CPU ({capability}, avx512_bf16 but no amx_bf16: "
         "measured 0.4x to 1.5x of float32 on an AMD EPYC); prefer precision='float32'"
     )
+
+
+def resolve_replay_device(replay_device: str, device: torch.device, agent: str) -> str:
+    """``host`` or ``device``: where an agent on ``device`` samples its replay (``auto``: ``device``
+    unless ``device`` is the CPU, whose RAM ring is the mirror and whose numpy sampler draws as before).
+
+    Raises:
+        UsageError: an unknown value.
+    """
+    if replay_device not in REPLAY_DEVICES:
+        raise UsageError(
+            f"agent '{agent}': replay_device {replay_device!r} is not one of {', '.join(REPLAY_DEVICES)}; "
+            "fix the agent's args in the params file"
+        )
+    if replay_device == "auto":
+        return "host" if device.type == "cpu" else "device"
+    return replay_device
 
 
 def _check_positive(**values: int) -> None:

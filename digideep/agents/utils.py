@@ -151,10 +151,14 @@ class MetricAccumulator:
         return dict(zip(names, means.tolist(), strict=True))
 
 
-def to_torch(batch: Mapping[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Numpy arrays to tensors on ``device`` (pinned, non-blocking copies for CUDA)."""
+def to_torch(batch: Mapping[str, np.ndarray | torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Numpy arrays to tensors on ``device`` (pinned, non-blocking copies for CUDA); tensors already on
+    ``device`` are kept as they are (a device sampler's batch: no copy), others are moved there."""
     out = {}
     for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value.to(device)
+            continue
         tensor = torch.from_numpy(np.ascontiguousarray(value))
         if device.type == "cuda":
             tensor = tensor.pin_memory().to(device, non_blocking=True)

@@ -129,12 +129,13 @@ class RunnerStateMixin:
         }
 
     def resolved_settings(self) -> dict[str, str]:
-        """What the params left to the machine, as it was decided: each agent's update mode when its
-        params say ``auto`` (``{"agents/<name>/resolved/update_mode": "eager"}``; MLflow params too)."""
+        """What the params left to the machine, as it was decided: each agent's
+        :meth:`~digideep.agents.base.AgentBase.resolved_settings`, e.g. its update mode and where it
+        samples its replay (``{"agents/<name>/resolved/update_mode": "eager"}``; MLflow params too)."""
         return {
-            f"agents/{name}/resolved/update_mode": agent.update_mode
+            f"agents/{name}/resolved/{setting}": value
             for name, agent in self.agents.items()
-            if agent.update_mode is not None
+            for setting, value in agent.resolved_settings().items()
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from digideep.agents.ddpg import DDPG
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
+from digideep.errors import UsageError
 from tests.agents.runner_setup import close, iterate, make_runner, small_params
 
 SMALL_OFF_POLICY = {
@@ -25,6 +26,8 @@ SMALL_OFF_POLICY = {
 }
 CASES = {
     "sac": (SAC, SMALL_OFF_POLICY, "Pendulum-v1", 1000),
+    # the device sampler (the draw and gather of a GPU run), forced on the CPU
+    "sac-device-replay": (SAC, {**SMALL_OFF_POLICY, "replay_device": "device"}, "Pendulum-v1", 1000),
     "td3": (TD3, SMALL_OFF_POLICY, "Pendulum-v1", 1000),
     "ddpg-ou": (DDPG, {**SMALL_OFF_POLICY, "noise_type": "ou", "noise_std": 0.3}, "Pendulum-v1", 1000),
     "ppo-box": (PPO, {"batch_size": 16, "n_epochs": 2, "hidden_sizes": [16]}, "Pendulum-v1", None),
@@ -127,6 +130,28 @@ def test_off_policy_waits_for_learning_starts(tmp_path: Path) -> None:
     try:
         assert iterate(runner, 2) == [{}, {}]  # 2 x 16 x 2 = 64 < 100 transitions: nothing to learn yet
         assert iterate(runner, 2)[-1] and runner.agents["agent"].updates == 8
+    finally:
+        close(runner)
+
+
+def test_replay_device_samples_tensors_on_the_agents_device_and_is_recorded(tmp_path: Path) -> None:
+    args = {**SMALL_OFF_POLICY, "replay_device": "device"}
+    runner = make_runner(tmp_path, small_params(path_of(TD3), args, "Pendulum-v1", 2, 16, capacity=40))
+    agent, memory = runner.agents["agent"], runner.memories["train"]
+    try:
+        iterate(runner, 3)  # 48 steps into 40 rows per worker: wrapped
+        batch = agent.sample(memory)
+        assert all(isinstance(v, torch.Tensor) and v.device == agent.device for v in batch.values())
+        data = agent.prepare(batch)
+        assert data.observations.shape == (8, 32, 3)
+        # the batch is the memory's rows at the drawn indices, taken from the ring (the CPU mirror)
+        workers, rows = batch["/indices"][..., 0].numpy(), batch["/indices"][..., 1].numpy()
+        np.testing.assert_array_equal(batch["/observations"].numpy(), memory["/observations"][workers, rows])
+        assert runner.resolved_settings()["agents/agent/resolved/replay_device"] == "device"
+        host = SAC("agent", runner.session, agent.observation_space, agent.action_space)
+        assert (host.replay_device, type(host.sampler).__name__) == ("host", "UniformTransitions")
+        with pytest.raises(UsageError, match="replay_device 'gpu' is not one of auto, host, device"):
+            SAC("agent", runner.session, agent.observation_space, agent.action_space, replay_device="gpu")
     finally:
         close(runner)
 

@@ -22,6 +22,7 @@ from digideep.agents.sac import SAC
 from digideep.agents.sac import losses as sac_losses
 from digideep.agents.td3 import TD3
 from digideep.agents.td3 import losses as td3_losses
+from digideep.memory import Memory
 
 SESSION = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
 OBSERVATIONS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
@@ -29,9 +30,9 @@ ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 AGENTS = {"SAC": (SAC, sac_losses), "TD3": (TD3, td3_losses), "DDPG": (DDPG, td3_losses)}
 
 
-def agent(cls: type, mode: str):
+def agent(cls: type, mode: str, **args):
     torch.manual_seed(0)
-    return cls("agent", SESSION, OBSERVATIONS, ACTIONS, hidden_sizes=(16, 16), update_mode=mode)
+    return cls("agent", SESSION, OBSERVATIONS, ACTIONS, hidden_sizes=(16, 16), update_mode=mode, **args)
 
 
 def minibatch(steps: int = 1, rows: int = 32) -> Transitions:
@@ -79,6 +80,40 @@ def test_a_critic_loss_made_zero_leaves_the_critics_and_the_actor_still_learns(m
     metrics = learner.learn(minibatch())  # the first step is also an actor step
     assert (compiled_graphs() > graphs) == (mode == "compile"), "the edited loss was not compiled"
     assert metrics["losses/qf_loss"] == 0.0
+    assert not any(moved(critic, learner.policy.critic)), "the critics trained on a loss that was zero"
+    assert all(moved(actor, learner.policy.actor))
+
+
+def replay(steps: int = 40) -> Memory:
+    """A RAM memory of ``steps`` random transitions of one worker, with the keys the agents sample."""
+    rng = np.random.default_rng(2)
+    obs = rng.standard_normal((1, steps + 1, 5)).astype(np.float32)
+    memory = Memory(None, num_workers=1, capacity=steps + 1)
+    memory.store(
+        {
+            "/observations": obs,
+            "/next_observations": obs + 0.1,
+            "/agents/agent/actions": rng.uniform(-1, 1, (1, steps + 1, 2)).astype(np.float32),
+            "/rewards": rng.standard_normal((1, steps + 1, 1)).astype(np.float32),
+            "/terminals": np.zeros((1, steps + 1, 1), np.float32),
+        }
+    )
+    return memory
+
+
+@pytest.mark.parametrize("replay_device", ["host", "device"])
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_an_edited_loss_trains_through_either_replay_sampler(monkeypatch, name, replay_device):
+    """The Runner's path: ``update(sample(memory))``, minibatches drawn by the numpy sampler or on the
+    agent's device (the GPU's path, forced on the CPU): the critic loss made zero still holds."""
+    cls, losses = AGENTS[name]
+    monkeypatch.setattr(losses, "critic_loss", zero(losses.critic_loss))
+    learner = agent(
+        cls, "eager", batch_size=8, updates_per_iteration=2, learning_starts=0, replay_device=replay_device
+    )
+    critic, actor = parameters(learner.policy.critic), parameters(learner.policy.actor)
+    metrics = learner.update(learner.sample(replay()))
+    assert learner.updates == 2 and metrics["losses/qf_loss"] == 0.0
     assert not any(moved(critic, learner.policy.critic)), "the critics trained on a loss that was zero"
     assert all(moved(actor, learner.policy.actor))
 

@@ -137,6 +137,10 @@ def final_state(root: Path, name: str) -> tuple[dict, dict]:
             id="Pendulum-v1 compiled",
             marks=pytest.mark.compile,
         ),
+        # the device sampler (a GPU run's replay: drawn by a torch generator, gathered from the mirror)
+        pytest.param(
+            "params.pendulum_sac", {**SMALL_SAC, "replay_device": "device"}, id="Pendulum-v1 device replay"
+        ),
         # slow: Pendulum covers the same code, and test_s3_resume.py runs HalfCheetah on S3 (also slow)
         pytest.param("params.mujoco_sac", HALFCHEETAH, id="HalfCheetah-v5", marks=pytest.mark.slow),
     ],
@@ -149,7 +153,10 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, run_
     assert not (tmp_path / "killed" / "done.json").exists(), "the run finished before it could be killed"
     newest = latest_checkpoint(tmp_path / "killed" / "checkpoints")
     assert newest.iteration >= 4  # the second checkpoint (epoch_size 2), or one after it
-    frames = load_checkpoint(newest.path)[0]["counters"]["frames"]
+    info = load_checkpoint(newest.path)[0]
+    frames = info["counters"]["frames"]
+    replay = cpanel.get("replay_device") or ("host" if device == "cpu" else "device")  # auto's choice
+    assert info["resolved"]["agents/agent/resolved/replay_device"] == replay
     assert frames > cpanel["buffer_size"], "the ring did not wrap before the kill"
     resumed = run(resume_command(tmp_path, "killed", device), run_env)
     assert f"from {newest.path}" in resumed.stderr, resumed.stderr[-3000:]
