@@ -31,7 +31,7 @@ ELSEWHERE = {
     r"make (test|lint|docs)$": ".ci/run",
     r"\.venv/bin/pytest tests/docs -q": ".ci/run",
     r"make test-slow": "tests/agents/test_learning.py::test_reaches_the_target_return",
-    r"make prefect-up": "tests/flows/test_train_flow.py::stack",
+    r"make prefect-up": "tests/flows/test_local_stack.py::test_local_stack_is_the_active_prefect_profile_until_sigterm_stops_it_and_its_children",
     r"make stack-(up|down)": "tests/stack/test_stack.py::test_make_stack_down_stops_every_process_and_frees_every_port",
     r"sudo make demo-cluster": "tests/stack/conftest.py::demo_cluster",
     r"set -a; \. \./\.env; \. data/cluster/stack/client\.env; set \+a": "tests/stack/conftest.py::demo_cluster",

@@ -1,7 +1,7 @@
 """Servers digideep starts stop with it, whole trees included, and a taken port is refused in one line.
 
-Real processes throughout: ``python -m digideep_stack.local_stack up`` (a Prefect server, a deployment run
-and a worker) and ``digideep runs ui`` (``mlflow ui`` and its uvicorn worker) are started, sent
+Real processes throughout: ``make prefect-up`` as the README gives it (``python -m
+digideep_stack.local_stack up``: a Prefect server, a deployment run and a worker) and ``digideep runs ui`` (``mlflow ui`` and its uvicorn worker) are started, sent
 SIGTERM or SIGHUP, and every process they had started must be gone afterwards. While the Prefect
 stack runs, its profile is the active one of its ``PREFECT_HOME`` (a temporary folder: the user's
 ``~/.prefect`` is never touched), so ``prefect deployment run`` in a shell without
@@ -80,15 +80,20 @@ def test_local_stack_is_the_active_prefect_profile_until_sigterm_stops_it_and_it
     profiles.parent.mkdir()
     mine = {"active": "mine", "profiles": {"mine": {"PREFECT_CLIENT_MAX_RETRIES": "4"}}}
     profiles.write_text(toml.dumps(mine))  # the user's own profile, active
+    # make prefect-up, the installed venv as it is (-o install), on a free port; make passes the
+    # SIGTERM below on to the recipe's process
+    make = ["make", "--no-print-directory", "-o", "install", f"VENV={Path(sys.executable).parents[1]}"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "digideep_stack.local_stack", "up", "--port", str(port)],
+        [*make, "prefect-up", f"PREFECT_PORT={port}"],
         cwd=REPO,
-        env=env,
+        env={k: v for k, v in env.items() if not k.startswith(("MAKEFLAGS", "MAKELEVEL", "MFLAGS"))},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
+        recipe = process.stdout.readline()  # make's echo of the command it runs
+        assert f"-m digideep_stack.local_stack up --port {port}" in recipe, recipe
         ready = process.stdout.readline()  # the first line is printed once the worker runs
         assert ready.startswith("Prefect UI:"), ready + process.stdout.read()
         assert process.stdout.readline().startswith("Prefect profile 'digideep-local' is active")
