@@ -1,7 +1,8 @@
 """``python -m digideep_stack up|down``: start the production stack in the foreground, or stop one.
 
-``up`` writes its process id to ``data/stack/stack.pid``, makes the Prefect profile ``digideep-stack``
-the active one and runs until Ctrl-C, SIGTERM or SIGHUP; ``down`` sends SIGTERM to that process and
+``up`` writes its process id to ``data/stack/stack.pid``, the clients' settings to
+``data/stack/client.env``, makes the Prefect profile ``digideep-stack`` the active one and runs until
+Ctrl-C, SIGTERM or SIGHUP; ``down`` sends SIGTERM to that process and
 waits until it has made the profile active before active again and stopped everything it started.
 """
 
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from digideep.errors import UsageError
 from digideep.utility.processes import stop_on_signals
-from digideep_stack.profile import restore
 from digideep_stack.stack import ServiceError, Stack, StackConfig
 
 
@@ -90,23 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     config = StackConfig(**{key: value for key, value in vars(arguments).items() if key != "command"})
     announce = lambda line: print(line, flush=True)  # noqa: E731
     with stop_on_signals():
-        stack = switch = None
+        stack = None
         try:
             stack = Stack(config, announce=announce)
             pid_file = config.data / "stack.pid"
             pid_file.write_text(str(os.getpid()))
             stack.up()
-            switch = stack.activate_profile()
-            announce(
-                f"Prefect profile '{switch.name}' is active ({switch.path}): prefect commands in any shell "
-                "use this stack"
-            )
-            announce(
-                f"Stack up. Clients: set -a; . {config.env_file}; . {config.data / 'client.env'}; set +a"
-            )
-            announce("Ctrl-C (or make stack-down) stops everything.")
-            while (dead := stack.dead()) is None:
-                time.sleep(1)
+            with stack.prefect_profile(announce):
+                announce(
+                    f"Stack up. Clients: prefect needs nothing (the profile); digideep and mlflow: "
+                    f"set -a; . {stack.client_file}; set +a"
+                )
+                announce("Ctrl-C (or make stack-down) stops everything.")
+                while (dead := stack.dead()) is None:
+                    time.sleep(1)
             print(
                 f"stack: error: {dead} exited; see {stack.logs / (dead + '.log')}; stopping", file=sys.stderr
             )
@@ -117,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 0
         finally:
-            if switch is not None:
-                announce(restore(switch))
             if stack is not None:
                 stack.stop()
             (config.data / "stack.pid").unlink(missing_ok=True)

@@ -14,9 +14,12 @@ machine and runs the stack on it:
   mount namespace): the two hosts share no local disk where runs write. Sessions go to the stack's
   bucket (``s3://digideep/sessions``), so a run retried on the other host resumes from there.
 
-It prints the servers' lines, each host's address and how to submit runs, then waits. Ctrl-C
-(SIGTERM, SIGHUP) stops the workers and their flow runs, deletes the namespaces, the veth pairs and
-the bridge, and stops the stack. ``python -m digideep_stack.cluster clean`` removes what a killed
+It prints the servers' lines and each host's address, makes the Prefect profile
+``digideep-cluster`` (the server on the bridge, with its auth string) the active one as ``make
+stack-up`` does (:meth:`Stack.prefect_profile <digideep_stack.stack.Stack.prefect_profile>`), so
+that ``prefect deployment run`` in another shell reaches it, says how to submit runs, then waits.
+Ctrl-C (SIGTERM, SIGHUP) stops the workers and their flow runs, deletes the namespaces, the veth
+pairs and the bridge, makes the profile active before active again, and stops the stack. ``python -m digideep_stack.cluster clean`` removes what a killed
 demo left (namespaces and links whose names start with the prefix).
 
 The same pieces serve tests/stack/test_cluster.py: :class:`Network` (bridge, namespaces, cutting a
@@ -40,7 +43,7 @@ import psutil
 
 from digideep.errors import UsageError
 from digideep.utility.processes import stop_on_signals, stop_tree
-from digideep_stack import postgres
+from digideep_stack import postgres, profile
 from digideep_stack.stack import POOL, ROOT, ServiceError, Stack, StackConfig
 
 HOST_SHELL = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
@@ -239,6 +242,8 @@ class ClusterHost:
 class ClusterStack(Stack):
     """The stack with its servers on the bridge's address and PostgreSQL kept on 127.0.0.1."""
 
+    profile_name = profile.CLUSTER
+
     def __init__(self, config: StackConfig, announce=print):
         super().__init__(config, announce)
         if config.postgres_url is None:
@@ -301,17 +306,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"Host        {name}: namespace {net.namespace}, address {net.address}, "
                     f"folder {arguments.data / name}, worker log {arguments.data / name / 'worker.log'}"
                 )
-            announce(
-                f"Cluster up. Submit runs from another shell: set -a; . {config.env_file}; "
-                f". {config.data / 'client.env'}; set +a; then e.g. .venv/bin/prefect deployment run "
-                "'train/pendulum-sac' --param session_path=s3://digideep/sessions"
-            )
-            announce(
-                f"Kill a host: ip netns pids {hosts[0].net.namespace} | xargs -r kill -9; ip netns del {hosts[0].net.namespace}. "
-                "Ctrl-C stops everything."
-            )
-            while stack.dead() is None:
-                time.sleep(1)
+            with stack.prefect_profile(announce):
+                announce(
+                    "Cluster up. Submit runs from another shell (prefect needs nothing: the profile), e.g. "
+                    ".venv/bin/prefect deployment run 'train/pendulum-sac' --param "
+                    f"session_path=s3://digideep/sessions; digideep and mlflow: set -a; . {stack.client_file}; set +a"
+                )
+                announce(
+                    f"Kill a host: ip netns pids {hosts[0].net.namespace} | xargs -r kill -9; "
+                    f"ip netns del {hosts[0].net.namespace}. Ctrl-C stops everything."
+                )
+                while stack.dead() is None:
+                    time.sleep(1)
             print(f"cluster: error: {stack.dead()} exited; stopping", file=sys.stderr)
             return 1
         except (UsageError, ServiceError) as error:

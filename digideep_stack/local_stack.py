@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from digideep.errors import UsageError
@@ -137,12 +139,16 @@ class LocalStack:
         self.deploy_all()
         self.start_worker()
 
-    def activate_profile(self) -> profile.ProfileSwitch:
-        """Make :data:`~digideep_stack.profile.LOCAL`, pointing at this server, the active profile.
+    def prefect_profile(
+        self, announce: Callable[[str], None]
+    ) -> AbstractContextManager[profile.ProfileSwitch]:
+        """:data:`~digideep_stack.profile.LOCAL`, pointing at this server, as the active profile in the block.
 
         The profile is written to this stack's ``PREFECT_HOME`` (the user's, for ``make prefect-up``).
         """
-        return profile.activate(profile.LOCAL, {"PREFECT_API_URL": self.api_url}, self.env)
+        return profile.active(
+            profile.LOCAL, {"PREFECT_API_URL": self.api_url}, self.env, announce, "this server"
+        )
 
     def stop(self) -> None:
         """Stop the worker, then the server, each with every process it started."""
@@ -160,31 +166,23 @@ def main() -> int:
     arguments = parser.parse_args()
     home = os.environ.get("PREFECT_HOME")
     stack = LocalStack(port=arguments.port, home=Path(home) if home else None)
-    switch = None
+    announce = lambda line: print(line, flush=True)  # noqa: E731
     with stop_on_signals():
         try:
             stack.up()
-            switch = stack.activate_profile()
-            print(
+            announce(
                 f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. "
-                "Ctrl-C stops both.",
-                flush=True,
+                "Ctrl-C stops both."
             )
-            print(
-                f"Prefect profile '{switch.name}' is active ({switch.path}): prefect commands in any shell "
-                "use this server",
-                flush=True,
-            )
-            while all(p.poll() is None for p in stack.processes):
-                time.sleep(1)
+            with stack.prefect_profile(announce):
+                while all(p.poll() is None for p in stack.processes):
+                    time.sleep(1)
         except UsageError as error:
             print(f"local_stack: error: {error}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             pass
         finally:
-            if switch is not None:
-                print(profile.restore(switch), flush=True)
             stack.stop()
     return 0
 

@@ -1,7 +1,7 @@
 """The Prefect profile of a server digideep started, so that ``prefect`` in any shell reaches it.
 
-``make prefect-up`` and ``make stack-up`` write a profile of their own (:data:`LOCAL`,
-:data:`STACK`) to the user's ``profiles.toml`` (``$PREFECT_HOME``, ``~/.prefect`` by default) with
+``make prefect-up``, ``make stack-up`` and ``make demo-cluster`` write a profile of their own
+(:data:`LOCAL`, :data:`STACK`, :data:`CLUSTER`), through :func:`active`, to the user's ``profiles.toml`` (``$PREFECT_HOME``, ``~/.prefect`` by default) with
 the server's ``PREFECT_API_URL`` (and the stack's ``PREFECT_API_AUTH_STRING``), and make it the
 active profile: ``prefect deployment run ...`` in another shell then reaches that server with no
 exported variable. When they stop, the profile that was active before is made active again (unless
@@ -20,8 +20,9 @@ shell exports (``PREFECT_API_URL``, ``PREFECT_PROFILE``) still wins over the act
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ LOCAL = "digideep-local"
 """The profile of ``make prefect-up``'s server."""
 STACK = "digideep-stack"
 """The profile of ``make stack-up``'s server."""
+CLUSTER = "digideep-cluster"
+"""The profile of ``make demo-cluster``'s server (on the demo's bridge address)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,33 @@ def restore(switch: ProfileSwitch) -> str:
         f"Prefect profile: '{switch.previous}' is active again "
         f"('prefect profile use {switch.name}' points prefect at this server when it runs)"
     )
+
+
+@contextlib.contextmanager
+def active(
+    name: str,
+    settings: Mapping[str, str],
+    env: Mapping[str, str],
+    announce: Callable[[str], None],
+    serves: str,
+) -> Iterator[ProfileSwitch]:
+    """Profile ``name`` active while in the ``with`` block, then the one before (:func:`restore`).
+
+    Args:
+        name: the profile, e.g. :data:`STACK`.
+        settings: its Prefect settings by variable name (as for :func:`activate`).
+        env: the environment whose ``PREFECT_HOME`` / ``PREFECT_PROFILES_PATH`` say where the file is.
+        announce: takes the line saying the profile is active, and the line :func:`restore` returns.
+        serves: what the profile reaches, for that line, e.g. ``"this stack"``.
+    """
+    switch = activate(name, settings, env)
+    announce(
+        f"Prefect profile '{switch.name}' is active ({switch.path}): prefect commands in any shell use {serves}"
+    )
+    try:
+        yield switch
+    finally:
+        announce(restore(switch))
 
 
 def _load(path: Path) -> ProfilesCollection:

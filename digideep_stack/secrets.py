@@ -1,7 +1,7 @@
 """The stack's secrets: from the environment, else from a git-ignored ``.env`` created with random values.
 
-``.env`` (mode 0600, ``KEY=value`` lines, readable by ``set -a; . ./.env; set +a`` and by docker
-compose) holds:
+``.env`` (mode 0600, ``KEY=value`` lines, also readable by docker compose) is the stack's own: the
+stack reads it to start its servers, and no client needs it. It holds:
 
 - ``DIGIDEEP_STACK_PG_PASSWORD``: the PostgreSQL password (servers only; never given to workers);
 - ``MLFLOW_FLASK_SERVER_SECRET_KEY``: the MLflow server's CSRF signing key (server only);
@@ -14,13 +14,19 @@ compose) holds:
 A variable already set in the environment wins over the file, so a lab can keep its secrets in a
 vault and leave no file at all. Missing entries are added to the file with fresh random values;
 existing ones are never changed (the servers' databases remember the first passwords).
+
+Clients get :func:`write_client_file`'s file instead (``data/stack/client.env``, mode 0600): the
+running stack's addresses and the :data:`CLIENT_SECRETS`, never one of :data:`SERVER_ONLY`.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+
+from digideep.utility.files import atomic_write_text
 
 SERVER_ONLY = ("DIGIDEEP_STACK_PG_PASSWORD", "MLFLOW_FLASK_SERVER_SECRET_KEY")
 CLIENT_SECRETS = (
@@ -63,6 +69,28 @@ def read_env_file(path: Path) -> dict[str, str]:
         key, value = line.removeprefix("export ").split("=", 1)
         values[key.strip()] = value.strip().strip("'\"")
     return values
+
+
+def write_client_file(path: Path, settings: Mapping[str, str]) -> None:
+    """Write a client's settings to ``path`` as ``KEY=value`` lines, atomically and owner-only.
+
+    Args:
+        path: the client file, e.g. ``data/stack/client.env``.
+        settings: the variables a client sets (addresses and client secrets).
+
+    Raises:
+        ValueError: when ``settings`` holds a server-only secret.
+    """
+    leaked = sorted(set(settings) & set(SERVER_ONLY))
+    if leaked:
+        raise ValueError(f"a client file never holds the server-only secrets {', '.join(leaked)}")
+    text = (
+        "# The running stack for its clients: addresses and client secrets, no server secret (made by\n"
+        f"# make stack-up; keep it private). Load it: set -a; . {path}; set +a\n"
+        + "".join(f"{key}={value}\n" for key, value in settings.items())
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text, mode=0o600)
 
 
 def load_secrets(path: Path, create: bool = True) -> dict[str, str]:

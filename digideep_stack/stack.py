@@ -16,15 +16,18 @@ In start order, each announced by one line with its URL once it answers:
 
 Secrets come from the environment or ``.env`` (:mod:`digideep_stack.secrets`) and travel only in
 the environment of the processes that need them (the PostgreSQL password reaches the servers, never
-a worker); no command line or log line carries one, and no file but ``.env`` and the user's Prefect
-profile (below). Servers bind 127.0.0.1 unless ``--host`` says otherwise. A port already taken, or a
+a worker); no command line or log line carries one, and no file but ``.env``, the client file and the
+user's Prefect profile (below). The client file, ``data/stack/client.env`` (mode 0600, written once the
+stack is up), is what a client loads: the servers' addresses and the client secrets
+(:meth:`Stack.client_env`), never the PostgreSQL password or MLflow's CSRF key. Servers bind 127.0.0.1 unless ``--host`` says otherwise. A port already taken, or a
 service that fails to start, is named in one line; Ctrl-C, SIGTERM or ``make stack-down`` stops
 every process the stack started.
 
 Once up, ``make stack-up`` makes the Prefect profile ``digideep-stack`` (the server's URL and the
 auth string Prefect clients send) the user's active one, in their ``PREFECT_HOME`` (an owner-only
-file), so that ``prefect deployment run`` in any shell reaches the stack; when it stops, the profile
-active before is active again (:mod:`digideep_stack.profile`).
+file), so that ``prefect deployment run`` in any shell reaches the stack with nothing loaded; when it
+stops, the profile active before is active again (:meth:`Stack.prefect_profile`,
+:mod:`digideep_stack.profile`).
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from digideep.utility.processes import check_port_free, stop_tree, wait_for_http
 from digideep_stack import postgres, profile
 from digideep_stack.local_stack import POOL, ROOT, executable, run_prefect
-from digideep_stack.secrets import load_secrets
+from digideep_stack.secrets import load_secrets, write_client_file
 
 SERVER_BATCHING = {
     # Prefect 3.8's server records task-run states and events one at a time by default; batches of
@@ -83,6 +88,8 @@ class StackConfig:
 class Stack:
     """The processes of one stack; :meth:`up` starts them, :meth:`stop` stops them in reverse order."""
 
+    profile_name = profile.STACK  # the Prefect profile :meth:`prefect_profile` makes active
+
     def __init__(self, config: StackConfig, announce=print):
         self.config = config
         self.announce = announce
@@ -98,6 +105,7 @@ class Stack:
         self.s3_endpoint = config.s3_endpoint or f"http://{host}:{config.s3_port}"
         self.prefect_api = f"http://{host}:{config.prefect_port}/api"
         self.mlflow_uri = f"http://{host}:{config.mlflow_port}"
+        self.client_file = config.data / "client.env"  # what a client loads (written by :meth:`up`)
 
     # -- environments -------------------------------------------------------------------------
     def base_env(self) -> dict[str, str]:
@@ -337,18 +345,12 @@ class Stack:
         except BaseException:
             self.stop()
             raise
-        env_file = self.config.data / "client.env"
-        env_file.write_text(
-            "# Addresses of the running stack (no secrets; those are in .env)\n"
-            + "".join(
-                f"{key}={value}\n"
-                for key, value in self.client_env().items()
-                if key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "AWS_ENDPOINT_URL")
-            )
-        )
+        write_client_file(self.client_file, self.client_env())
 
-    def activate_profile(self) -> profile.ProfileSwitch:
-        """Make :data:`~digideep_stack.profile.STACK`, this server with its auth string, the active profile.
+    def prefect_profile(
+        self, announce: Callable[[str], None]
+    ) -> AbstractContextManager[profile.ProfileSwitch]:
+        """:attr:`profile_name`, this server with its auth string, as the active profile while in the block.
 
         The profile goes to the ``PREFECT_HOME`` of the user who started the stack, not the server's.
         """
@@ -356,7 +358,7 @@ class Stack:
             "PREFECT_API_URL": self.prefect_api,
             "PREFECT_API_AUTH_STRING": self.secrets["PREFECT_API_AUTH_STRING"],
         }
-        return profile.activate(profile.STACK, settings, os.environ)
+        return profile.active(self.profile_name, settings, os.environ, announce, "this stack")
 
     def dead(self) -> str | None:
         """The name of a service that exited, if any."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import toml
 
 from digideep.utility.processes import wait_for_http
 from digideep_stack.secrets import read_env_file
@@ -56,8 +57,8 @@ class RunningStack:
     stack_args: str  # STACK_ARGS of make stack-up and make stack-down
     ports: dict[str, int]
     lines: list[str]
-    secrets: dict[str, str] = field(repr=False)  # kept out of pytest's failure reports
-    client_env: dict[str, str] = field(repr=False)  # what a worker or a user's shell sets (secrets included)
+    secrets: dict[str, str] = field(repr=False)  # .env, the stack's own (kept out of failure reports)
+    client_env: dict[str, str] = field(repr=False)  # data/client.env: what a worker or a user's shell sets
 
     @property
     def data(self) -> Path:
@@ -66,6 +67,10 @@ class RunningStack:
     @property
     def env_file(self) -> Path:
         return self.folder / ".env"
+
+    @property
+    def client_file(self) -> Path:
+        return self.data / "client.env"
 
     @property
     def logs(self) -> Path:
@@ -80,8 +85,8 @@ class RunningStack:
 def start_stack(folder: Path, workers: int = 1, args: tuple[str, ...] = ()) -> RunningStack:
     """``make stack-up WORKERS=workers STACK_ARGS=...``; wait for its "Stack up" line.
 
-    The shell commands a user then runs (``set -a; . ./.env; . data/stack/client.env; set +a``)
-    read the two files this returns in ``client_env``.
+    The shell commands a user then runs (``set -a; . data/stack/client.env; set +a``) read the file
+    this returns in ``client_env``.
     """
     ports = {name: free_port() for name in ("postgres", "prefect", "mlflow", "s3")}
     stack_args = shlex.join(
@@ -104,18 +109,7 @@ def start_stack(folder: Path, workers: int = 1, args: tuple[str, ...] = ()) -> R
         left = stop_stack(running)
         raise RuntimeError("the stack did not come up:\n" + "\n".join(lines) + (f"\n{left}" if left else ""))
     secrets = read_env_file(folder / ".env")
-    addresses = read_env_file(folder / "data" / "client.env")
-    client_env = {
-        **addresses,
-        "MLFLOW_S3_ENDPOINT_URL": addresses["AWS_ENDPOINT_URL"],
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",
-        **{
-            key: value
-            for key, value in secrets.items()
-            if not key.startswith(("DIGIDEEP_STACK", "MLFLOW_FLASK"))
-        },
-    }
+    client_env = read_env_file(folder / "data" / "client.env")
     return RunningStack(folder, process, stack_args, ports, lines, secrets, client_env)
 
 
@@ -279,6 +273,7 @@ class Cluster:
     client_env: dict[str, str] = field(repr=False)  # a host's (and this test process's) client variables
     hosts: dict[str, object] = field(default_factory=dict)  # name -> digideep_stack.cluster.ClusterHost
     watcher_bound: float | None = None  # the crash watcher's bound when the stack runs one; None: tests check
+    prefect_home: Path | None = None  # PREFECT_HOME of the user who ran make demo-cluster (its profile)
 
     def start_host(self, name: str):
         from digideep_stack.cluster import ClusterHost
@@ -378,11 +373,12 @@ def light_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 @pytest.fixture(scope="module")
 def demo_cluster() -> Iterator[Cluster]:
-    """``make demo-cluster`` (``python -m digideep_stack.cluster up``) with two hosts, as a user runs it.
+    """``make demo-cluster`` with two hosts, as a user runs it (root), in its own ``PREFECT_HOME``.
 
     The full stack (PostgreSQL, auth, the crash watcher with a 60 s bound) on a bridge, each host a
-    worker running one flow run at a time. At the end it gets Ctrl-C (SIGINT) and must have removed
-    its namespaces and links and stopped every process it started.
+    worker running one flow run at a time. At the end it gets Ctrl-C (SIGINT, to its process group
+    as a terminal sends it) and must have removed its namespaces and links, stopped every process it
+    started and made Prefect's default profile, active before it, active again.
     """
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and iproute2")
@@ -391,14 +387,15 @@ def demo_cluster() -> Iterator[Cluster]:
     folder = Path(tempfile.mkdtemp(prefix="digideep-cluster-test-"))
     folder.chmod(0o755)  # PostgreSQL runs as the postgres user
     prefix, subnet = f"dc{os.getpid() % 1000}", f"10.202.{os.getpid() % 250}"
-    command = [sys.executable, "-m", "digideep_stack.cluster", "up", "--data", str(folder), "--env-file",
-               str(folder / ".env"), "--prefix", prefix, "--subnet", subnet, "--crash-after", "60",
-               "--worker-limit", "1"]  # fmt: skip
+    args = ["--data", str(folder), "--env-file", str(folder / ".env"), "--prefix", prefix, "--subnet", subnet,
+            "--crash-after", "60", "--worker-limit", "1"]  # fmt: skip
     for name in ("postgres", "prefect", "mlflow", "s3"):
-        command += [f"--{name}-port", str(free_port())]
-    env = {**os.environ, **HOST_ENV}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)  # fmt: skip
+        args += [f"--{name}-port", str(free_port())]
+    prefect_home = folder / "prefect-home"
+    env = {**user_env(), **HOST_ENV, "PREFECT_HOME": str(prefect_home)}
+    process = subprocess.Popen(make("demo-cluster", "HOSTS=2", f"CLUSTER_ARGS={shlex.join(args)}"), cwd=REPO,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)  # fmt: skip
     try:
         lines = []
         for line in process.stdout:
@@ -406,28 +403,19 @@ def demo_cluster() -> Iterator[Cluster]:
             if line.startswith("Cluster up") or "error" in line:
                 break
         assert lines and lines[-1].startswith("Cluster up"), "\n".join(lines)
-        secrets = read_env_file(folder / ".env")
-        addresses = read_env_file(folder / "stack" / "client.env")
-        client_env = {
-            **HOST_ENV,
-            **addresses,
-            "MLFLOW_S3_ENDPOINT_URL": addresses["AWS_ENDPOINT_URL"],
-            "AWS_DEFAULT_REGION": "us-east-1",
-            **{
-                key: value
-                for key, value in secrets.items()
-                if not key.startswith(("DIGIDEEP_STACK", "MLFLOW_FLASK"))
-            },
-        }
-        yield Cluster(Network(prefix, subnet), folder, "digideep", client_env, watcher_bound=60.0)
+        client_env = {**HOST_ENV, **read_env_file(folder / "stack" / "client.env")}
+        yield Cluster(Network(prefix, subnet), folder, "digideep", client_env, watcher_bound=60.0,
+                      prefect_home=prefect_home)  # fmt: skip
     finally:
         tree = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
-        process.send_signal(signal.SIGINT)  # Ctrl-C
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C
         try:
             code = process.wait(timeout=180)
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             code = process.wait()
+        output = process.stdout.read()
+        process.stdout.close()
         _, alive = psutil.wait_procs(tree, timeout=30)
         for survivor in alive:
             survivor.kill()
@@ -438,5 +426,12 @@ def demo_cluster() -> Iterator[Cluster]:
         from digideep_stack.cluster import clean
 
         clean(prefix)
+        profiles = toml.loads((prefect_home / "profiles.toml").read_text())
         shutil.rmtree(folder, ignore_errors=True)
-        assert code == 0 and not alive and not left and not namespaces, (code, alive, left, namespaces)
+        # make, sent the Ctrl-C too, ends by that signal once its recipe has ended (code 0 or -SIGINT);
+        # the recipe's own failure would be an "error" line in the output
+        left_over = (code, [describe(p) for p in alive], left, namespaces, output)
+        assert code in (0, -signal.SIGINT) and "error" not in output.lower(), left_over
+        assert not alive and not left and not namespaces, left_over
+        assert profiles["active"] == "ephemeral", (profiles["active"], output)  # Prefect's default, as before
+        assert "Prefect profile: 'ephemeral' is active again" in output, output

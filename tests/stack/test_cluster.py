@@ -6,6 +6,8 @@ own hostname, working folder, ``PREFECT_HOME`` and ``data/``; the servers listen
 address. Sessions live in the S3 bucket. The default suite runs the scenario on the light servers
 (Prefect on SQLite, moto, MLflow on sqlite, the crash check run by the test); the slow tests run it
 on the full stack (PostgreSQL, auth, the stack's own crash watcher), with a sweep over both hosts.
+The default suite also starts ``make demo-cluster`` itself, as the docs give it, and submits a run
+to it through the Prefect profile it makes active.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,12 +26,15 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
+import toml
 
 from digideep.utility.location import Location
+from tests.docs.test_commands import shown_commands
 from tests.flows.test_train_flow import session_state
 from tests.helpers import assert_same_training
 from tests.pipeline.test_resume import assert_same_histories, metric_histories, train_command
-from tests.stack.conftest import REPO, Cluster
+from tests.stack.conftest import BIN, REPO, Cluster, user_env
+from tests.stack.test_stack import assert_a_private_client_file, status
 
 TINY = {"number_epochs": 8, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 4, "test_episodes": 1,
@@ -271,3 +277,34 @@ def test_make_demo_cluster_spreads_a_sweep_over_both_hosts_and_survives_a_dead_h
             assert any(mlflow_run in key and key.endswith("states.pt") for key in keys), name
 
         dead_host_scenario(cluster, env, tmp_path, kill=kill_with_ip_netns(cluster))
+
+
+def test_make_demo_cluster_makes_its_prefect_profile_active_and_writes_a_private_client_file(
+    demo_cluster: Cluster, tmp_path
+):
+    """The docs' run command in another shell with nothing exported reaches the cluster's server.
+
+    Run outside the project (Prefect reads a ``.env`` of the current folder before the profile),
+    scheduled an hour ahead so that no host picks it up. Ctrl-C making the profile active before
+    active again is checked when the fixture stops the demo.
+    """
+    cluster = demo_cluster
+    profiles = toml.loads((cluster.prefect_home / "profiles.toml").read_text())
+    assert profiles["active"] == "digideep-cluster"
+    assert (
+        profiles["profiles"]["digideep-cluster"]["PREFECT_API_URL"] == cluster.client_env["PREFECT_API_URL"]
+    )
+    assert cluster.client_env["PREFECT_API_URL"].startswith(f"http://{cluster.network.address}:")
+
+    (documented,) = [
+        c for f, c in shown_commands() if f == "scaling-out.md" and "session_path=s3://digideep" in c
+    ]
+    env = {**user_env(), "PREFECT_HOME": str(cluster.prefect_home)}
+    (tmp_path / ".venv").symlink_to(BIN.parent)
+    result = subprocess.run(f"{documented} --start-in 'in 1 hour'", shell=True, cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    run_id = re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
+    user, password = cluster.client_env["PREFECT_API_AUTH_STRING"].split(":", 1)
+    assert status(f"{cluster.client_env['PREFECT_API_URL']}/flow_runs/{run_id}", user, password) == 200
+    assert_a_private_client_file(cluster.folder / "stack" / "client.env", cluster.folder / ".env")

@@ -8,7 +8,9 @@ import stat
 import subprocess
 import sys
 
-from digideep_stack.secrets import load_secrets, read_env_file
+import pytest
+
+from digideep_stack.secrets import SERVER_ONLY, load_secrets, read_env_file, write_client_file
 from tests.stack.conftest import REPO
 
 
@@ -48,3 +50,14 @@ def test_a_taken_port_is_named_in_one_line_and_nothing_starts(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "the Prefect server" in lines[0] and str(port) in lines[0]
     assert not (tmp_path / "data" / "pg").exists()
+
+
+def test_a_client_file_is_private_and_refuses_a_server_only_secret(tmp_path):
+    settings = {"PREFECT_API_URL": "http://127.0.0.1:4200/api", "PREFECT_API_AUTH_STRING": "digideep:pw"}
+    write_client_file(tmp_path / "stack" / "client.env", settings)
+    assert stat.S_IMODE(os.stat(tmp_path / "stack" / "client.env").st_mode) == 0o600
+    assert read_env_file(tmp_path / "stack" / "client.env") == settings
+    for key in SERVER_ONLY:
+        with pytest.raises(ValueError, match=key):
+            write_client_file(tmp_path / "leak.env", {**settings, key: "secret"})
+    assert not (tmp_path / "leak.env").exists()

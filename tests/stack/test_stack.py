@@ -3,9 +3,11 @@ a worker and the crash watcher, probed and used, then stopped by ``make stack-do
 
 Default suite (about 2 minutes on 2 cores): the stack comes up (a typo in ``Stack.up`` fails every
 test here), every server refuses a missing or wrong password, the CLI names a wrong one in one
-line, a deployment run started as the README shows completes on the stack's worker with its
-artifacts in S3 and no secret in any log, param or tag, and ``make stack-down`` leaves no process
-and no listening port. While the stack runs, its Prefect profile is the active one of the
+line, the client file (``data/stack/client.env``, mode 0600) holds the client settings and no
+server-only secret, the docs' client commands (a deployment run through the stack's profile, then
+``digideep runs`` with the client file loaded) complete on the stack's worker with its artifacts in
+S3 and no secret in any log, param or tag, and ``make stack-down`` leaves no process and no
+listening port. While the stack runs, its Prefect profile is the active one of the
 (temporary) ``PREFECT_HOME`` it was started with, so ``prefect`` with nothing exported reaches it;
 after ``make stack-down`` the profile active before is active again. The host-failure cases wait
 out the watcher's bound: tests/stack/test_stack_crash.py (slow).
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
+import stat
 import subprocess
 import urllib.error
 import urllib.request
@@ -26,11 +30,33 @@ import boto3
 import pytest
 import toml
 
+from digideep_stack.secrets import SERVER_ONLY, read_env_file
+from tests.docs.test_commands import shown_commands
 from tests.stack.conftest import BIN, REPO, RunningStack, listeners, marked_processes, stop_stack, user_env
 
 TINY = {"number_epochs": 3, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 3, "test_episodes": 1,
         "buffer_size": 1000}  # fmt: skip
+
+
+CLIENT_SETTINGS = {
+    "PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_LOGGING_EXTRA_LOGGERS",
+    "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+}  # fmt: skip
+"""What a client (a user's shell, a worker on another machine) gets: addresses and client secrets."""
+
+
+def assert_a_private_client_file(client_file: Path, env_file: Path) -> None:
+    """The client file holds exactly :data:`CLIENT_SETTINGS`, owner-only, and no server-only secret."""
+    assert stat.S_IMODE(os.stat(client_file).st_mode) == 0o600
+    client, secrets = read_env_file(client_file), read_env_file(env_file)
+    assert set(client) == CLIENT_SETTINGS
+    for key in ("PREFECT_API_AUTH_STRING", "MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY"):
+        assert client[key] == secrets[key]  # the servers' own
+    text = client_file.read_text()
+    for key in SERVER_ONLY:
+        assert len(secrets[key]) >= 24 and secrets[key] not in text, f"{key} is in the client file"
 
 
 def status(url: str, user: str | None = None, password: str | None = None) -> int:
@@ -93,21 +119,50 @@ def test_a_wrong_password_gets_one_line_from_the_cli(
     assert "wrong" not in errors[0]
 
 
-def test_a_deployment_run_from_the_readme_completes_with_its_artifacts_in_s3_and_no_secret_anywhere(
+def test_the_client_file_holds_the_client_settings_and_no_server_secret(stack: RunningStack):
+    assert_a_private_client_file(stack.client_file, stack.env_file)
+    assert stack.client_env["PREFECT_API_URL"] == f"http://127.0.0.1:{stack.ports['prefect']}/api"
+    assert stack.client_env["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{stack.ports['s3']}"
+
+
+def documented_client_commands() -> list[str]:
+    """The "Use the stack from a shell" block of docs/scaling-out.md, its commands in order."""
+    (block,) = [
+        block
+        for block in re.findall(r"```bash\n(.*?)```", (REPO / "docs" / "scaling-out.md").read_text(), re.S)
+        if "data/stack/client.env" in block
+    ]
+    return [c for f, c in shown_commands() if f == "scaling-out.md" and c in " ".join(block.split())]
+
+
+def test_the_documented_client_commands_run_a_deployment_with_its_artifacts_in_s3_and_no_secret_anywhere(
     stack: RunningStack, tmp_path, monkeypatch: pytest.MonkeyPatch
 ):
-    """The README's lines, in a shell: source .env and client.env, ``prefect deployment run``."""
+    """The docs' lines in a shell with nothing exported: ``prefect deployment run`` through the
+    stack's profile, then the client file loaded and ``digideep runs`` listing the run.
+
+    In a scratch folder holding ``.venv`` and ``data/stack/client.env`` (the stack's), not the
+    project: Prefect reads a ``.env`` of the current folder, and the project's is another stack's
+    here. The run's cpanel is a tiny one, its sessions go to a temporary folder and it is watched.
+    """
     import mlflow
 
-    shell = (
-        f"set -a; . {shlex.quote(str(stack.env_file))}; . {shlex.quote(str(stack.data / 'client.env'))}; "
-        f"set +a\n{shlex.quote(str(BIN / 'prefect'))} deployment run 'train/pendulum-sac' "
+    commands = documented_client_commands()
+    assert [c.split()[0] for c in commands] == [".venv/bin/prefect", "set", ".venv/bin/digideep"], commands
+    run, load, listing = commands
+    assert "--param cpanel='{\"seed\": 1}'" in run and load == "set -a; . data/stack/client.env; set +a"
+    run = run.replace(
+        "--param cpanel='{\"seed\": 1}'",
         f"--param cpanel={shlex.quote(json.dumps(TINY))} --param session_path={shlex.quote(json.dumps(str(tmp_path)))} "
-        "--watch --watch-timeout 400"
+        "--watch --watch-timeout 400",
     )
-    result = subprocess.run(
-        ["bash", "-c", shell], cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=450
-    )
+    folder = tmp_path / "shell"
+    (folder / "data" / "stack").mkdir(parents=True)
+    (folder / ".venv").symlink_to(BIN.parent)
+    (folder / "data" / "stack" / "client.env").symlink_to(stack.client_file)
+    env = {**user_env(), "PREFECT_HOME": str(stack.prefect_home)}
+    result = subprocess.run(["bash", "-c", f"set -e\n{run}\n{load}\n{listing}"], cwd=folder, env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "Flow run finished successfully in 'Completed'" in output, output[
         -3000:
@@ -123,6 +178,7 @@ def test_a_deployment_run_from_the_readme_completes_with_its_artifacts_in_s3_and
     )
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.metrics, runs
     run = runs[0]
+    assert run.info.run_id in result.stdout, result.stdout[-3000:]  # listed by digideep runs
     s3 = boto3.session.Session().client("s3")  # a fresh session reads this stack's keys
     keys = [
         o["Key"] for o in s3.list_objects_v2(Bucket="digideep", Prefix="mlartifacts/").get("Contents", [])
