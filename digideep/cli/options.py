@@ -22,7 +22,8 @@ EXIT_USAGE = 2
 EXIT_STATUS = (
     "exit status: 0 trained (or stopped at max_iterations or max_wall_time), 2 bad input; "
     "130 stopped by Ctrl-C (SIGINT), 143 stopped by SIGTERM: both after writing a checkpoint, "
-    "with one line saying how to resume (digideep resume SESSION)"
+    "with one line saying how to resume (digideep resume SESSION), or before the session existed, "
+    "with nothing written"
 )
 """The exit statuses of training, in ``--help`` (the stop codes are a shell's: 128 + the signal)."""
 
