@@ -60,11 +60,13 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> dict[
 
 def memory_anchored(session: Path) -> bool:
     """Whether the replay memory made the newest checkpoint its anchor (the Runner tells it right after
-    the checkpoint's commit; a kill between the two leaves the previous checkpoint exactly restorable)."""
+    the checkpoint's commit; a kill between the two leaves the previous checkpoint exactly restorable)
+    and its undo area holds chunks (a resume copies them back)."""
     newest = find_checkpoints(session / "checkpoints")[-1].iteration
-    record = json.loads((session / "memory" / "train.zarr" / "zarr.json").read_text())
-    anchor = record["attributes"]["digideep_memory"]["anchor"] or {}
-    return anchor.get("total") == newest * SMALL_SAC["n_steps"]  # one worker: frames = ring rows
+    record = json.loads((session / "memory" / "train.zarr" / "zarr.json").read_text())["attributes"]
+    anchor = record["digideep_memory"]["anchor"] or {}
+    moved_on = record["digideep_memory"]["undo_rows"] > 0
+    return anchor.get("total") == newest * SMALL_SAC["n_steps"] and moved_on  # one worker: frames = rows
 
 
 def damaged_copy(sessions: dict, source: str, name: str, damage: Callable[[Path], None]) -> Path:
