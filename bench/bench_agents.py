@@ -8,7 +8,11 @@
   included); SB3 times ``model.train(gradient_steps=grad_steps, batch_size=256)`` (its own sampling
   included). Both in float32; digideep runs its one update function (autograd) with
   ``update_mode="eager"`` and ``"compile"`` (the compiled run's first timing, which compiles, is
-  printed apart), and eager with ``precision="bfloat16"`` (autocast).
+  printed apart), and eager with ``precision="bfloat16"`` (autocast), and eager with
+  ``replay_device="device"`` (the device sampler a CUDA agent uses: indices drawn by a torch generator,
+  rows gathered from the memory's device mirror, here the RAM ring itself). Beside them, the replay
+  stage alone, ``agent.prepare(agent.sample(memory))``, with the numpy sampler (``host``) and the
+  device sampler, in minibatches per second (alone: ``--only sampling``).
 - PPO on HalfCheetah-v5 (1 env, n_steps 2048, 10 epochs, minibatch 64, 64x64 tanh networks):
   environment frames per second including the updates. digideep runs Explorer + RolloutMemory +
   PPO; SB3 runs ``PPO.learn``. Neither normalises observations or rewards. digideep runs its one
@@ -78,7 +82,14 @@ def random_replay(rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def digideep_off_policy(cls: type, data: dict[str, np.ndarray], grad_steps: int, folder: Path, **kw: Any):
+def digideep_off_policy(
+    cls: type,
+    data: dict[str, np.ndarray],
+    grad_steps: int,
+    folder: Path,
+    sample_only: bool = False,
+    **kw: Any,
+):
     session = SimpleNamespace(device=torch.device("cpu"))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
@@ -109,7 +120,7 @@ def digideep_off_policy(cls: type, data: dict[str, np.ndarray], grad_steps: int,
     def run() -> None:
         agent.update(agent.sample(memory))
 
-    return run
+    return (lambda: agent.prepare(agent.sample(memory))) if sample_only else run
 
 
 def sb3_off_policy(name: str, data: dict[str, np.ndarray], grad_steps: int):
@@ -223,6 +234,12 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
                 cls, data, args.grad_steps, folder, update_mode="eager", precision="bfloat16"
             ),
         )
+        runs[f"digideep device-replay {first}t"] = (
+            first,
+            digideep_off_policy(
+                cls, data, args.grad_steps, folder, update_mode="eager", replay_device="device"
+            ),
+        )
         if sb3 is not None:
             for threads in args.threads:
                 runs[f"sb3 float32 {threads}t"] = (
@@ -240,6 +257,26 @@ def bench_off_policy(args: argparse.Namespace, folder: Path) -> None:
             f"  (compile: the first {args.grad_steps} steps, compiling included, took {first_timing:.1f} s; "
             f"{args.grad_steps / rates[f'digideep compile {first}t']:.2f} s once compiled)"
         )
+        bench_sampling(cls, data, args, folder)
+
+
+def bench_sampling(cls: type, data: dict[str, np.ndarray], args: argparse.Namespace, folder: Path) -> None:
+    """The replay stage alone, ``agent.prepare(agent.sample(memory))``: host against device sampler."""
+    first = args.threads[0]
+    runs = {
+        f"replay {where} {first}t": (
+            first,
+            digideep_off_policy(cls, data, args.grad_steps, folder, True, replay_device=where),
+        )
+        for where in ("host", "device")
+    }
+    repeats = max(args.repeats, 15)  # a timing is tens of ms: more of them, for a steadier median
+    rates = interleaved(runs, repeats, args.grad_steps)
+    report(
+        f"{cls.__name__} sample + prepare, minibatches/s (median of {repeats})",
+        rates,
+        f"replay host {first}t",
+    )
 
 
 def interleaved(runs: dict[str, tuple[int, Any]], repeats: int, work: float) -> dict[str, float]:
@@ -384,7 +421,11 @@ def main() -> None:
     parser.add_argument("--grad-steps", type=int, default=300, help="gradient steps per timing (SAC/TD3)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per figure (median reported)")
     parser.add_argument("--ppo-iterations", type=int, default=2, help="2048-frame iterations per PPO timing")
-    parser.add_argument("--only", choices=["off-policy", "ppo"], help="run one part")
+    parser.add_argument(
+        "--only",
+        choices=["off-policy", "sampling", "ppo"],
+        help="run one part (off-policy includes sampling)",
+    )
     args = parser.parse_args()
     print(
         f"torch {torch.__version__}, threads {args.threads}, "
@@ -393,6 +434,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         if args.only in (None, "off-policy"):
             bench_off_policy(args, Path(folder))
+        if args.only == "sampling":
+            data = random_replay(np.random.default_rng(0))
+            for cls in (SAC, TD3):
+                bench_sampling(cls, data, args, Path(folder))
         if args.only in (None, "ppo"):
             bench_ppo(args)
 

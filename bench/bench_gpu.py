@@ -2,7 +2,8 @@
 minimal CUDA-graph SAC written here as the ceiling, all on the same device in the same run.
 
     python bench/bench_gpu.py [--device cuda] [--grad-steps 1000] [--repeats 3] [--frames 20000]
-        [--learning-starts 5000] [--update-mode cudagraphs] [--only updates|end-to-end] [--quick]
+        [--learning-starts 5000] [--update-mode cudagraphs] [--replay-device auto|host|device]
+        [--only updates|end-to-end] [--quick]
     python bench/bench_gpu.py --device cpu --quick      # a CPU smoke run of the same code paths
 
 Goals (the issue): "SAC and TD3 >= 800 gradient steps/s at HalfCheetah sizes on one H100 (SB3 there:
@@ -36,7 +37,10 @@ What it measures:
 
 - HalfCheetah-v5 SAC end to end: ``params.mujoco_sac`` through the real Runner (``open_run`` and
   ``run_training``, as ``digideep train --no-prefect`` does) on ``--device`` with ``update_mode``
-  ``--update-mode`` (cudagraphs on CUDA, eager on the CPU), MLflow tracking to a temporary sqlite
+  ``--update-mode`` (cudagraphs on CUDA, eager on the CPU) and ``replay_device`` ``--replay-device``
+  (``auto``: on CUDA the device sampler, indices drawn on the GPU and rows gathered from the memory's
+  device mirror, no host gather or copy per iteration; ``host`` for the numpy sampler and a
+  host-to-device copy of every iteration's minibatches), MLflow tracking to a temporary sqlite
   store, for ``--frames`` frames (``--n-steps`` per iteration, ``learning_starts`` random frames
   first), in two epochs, each ending with a test stage (one deterministic episode; at the defaults
   10 % of the training frames, the shipped file's ratio) and a checkpoint (at the defaults every
@@ -391,6 +395,7 @@ def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
         "test_win_size": 1,
         "buffer_size": args.frames,
         "update_mode": mode,
+        "replay_device": args.replay_device,
         "device": str(device),
         "torch_threads": args.threads,
     }
@@ -422,11 +427,12 @@ def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
         if reason != "finished":
             raise RuntimeError(f"the end-to-end run stopped early: {reason}")
         frames = runner.counters.frames
+        replay = runner.agents["agent"].replay_device
     window = marks["end"] - marks["learning"]
     rate = (frames - marks["frames"]) / window
     print(
         f"HalfCheetah-v5 SAC end to end ({frames} frames, learning_starts {args.learning_starts}, "
-        f"update_mode {mode}, MLflow sqlite tracking, {epochs} tests and {epochs} checkpoints)"
+        f"update_mode {mode}, replay on the {replay}, MLflow sqlite tracking, {epochs} tests and {epochs} checkpoints)"
     )
     print(
         f"  {rate:.1f} frames/s after learning starts ({frames - marks['frames']} frames in {window:.1f} s, "
@@ -476,6 +482,12 @@ def main() -> None:
         "--update-mode",
         choices=["eager", "compile", "cudagraphs", "auto"],
         help="the end-to-end run's update_mode (cudagraphs on CUDA, eager on the CPU)",
+    )
+    parser.add_argument(
+        "--replay-device",
+        choices=["auto", "host", "device"],
+        default="auto",
+        help="the end-to-end run's replay_device (auto: the device sampler on CUDA, the host on the CPU)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads, both sides (1)")
     parser.add_argument("--only", choices=["updates", "end-to-end"], help="run one part")
