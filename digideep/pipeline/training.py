@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -190,8 +189,9 @@ def _reopen(session: Session, run_log: RunLog, tags: dict[str, str] | None) -> R
     if resumed is None:  # (a first save cut short leaves a marked folder: the next save removes it)
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
         use_code_folders(session.info().get(IMPORT_PATHS), params, f"session '{session.url}'")
-        shutil.rmtree(session.path / "memory", ignore_errors=True)  # flushed by no checkpoint: stale
-        (session.path / "memory").mkdir()
+        memories = session.location / "memory"  # flushed by no checkpoint: stale, on disk or in a bucket
+        memories.delete()
+        memories.mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
         runner = Runner(session, params, journal=journal, uploads=_uploads(session))

@@ -146,3 +146,46 @@ def test_a_run_on_s3_killed_and_resumed_elsewhere_is_bit_identical(
     )
     assert played.returncode == 0, played.stderr[-3000:]
     assert "return" in played.stdout + played.stderr
+
+
+def test_a_run_on_s3_killed_before_its_first_checkpoint_starts_over_and_matches_a_straight_run(
+    tmp_path, run_env, s3_env, s3_bucket
+):
+    """Its memory in the bucket was flushed by no checkpoint: the resume deletes it and trains anew
+    (it failed with 'already holds a digideep memory', as a Prefect retry of such a run did)."""
+    cpanel = {**SMALL_SAC, "save_interval": 100}  # no checkpoint before the end of the run
+    run(train_command(tmp_path / "local", "straight", "params.pendulum_sac", cpanel), run_env)
+
+    url = f"s3://{s3_bucket}/sessions"
+    base = {**run_env, **s3_env, "PYTHONPATH": str(REPO), LEASE_TTL_VARIABLE: "30"}
+    s3 = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"])
+    process = subprocess.Popen(
+        train_command(url, "early", "params.pendulum_sac", cpanel),
+        cwd=tmp_path, env=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    chunk = "sessions/early/memory/train.zarr/"
+    while time.monotonic() < deadline and process.poll() is None:  # memory rows in the bucket
+        keys = [
+            item["Key"] for item in s3.list_objects_v2(Bucket=s3_bucket, Prefix=chunk).get("Contents", [])
+        ]
+        if any("/c/" in key for key in keys):
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert latest_checkpoint(f"{url}/early/checkpoints") is None, "a checkpoint was committed before the kill"
+    assert any(
+        "/c/" in item["Key"] for item in s3.list_objects_v2(Bucket=s3_bucket, Prefix=chunk)["Contents"]
+    )
+
+    resumed = subprocess.run(
+        resume_command(url, "early"), cwd=tmp_path, env=base, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "has no checkpoint yet: starting its training from the beginning" in resumed.stderr
+    assert Location(f"{url}/early/done.json").exists()
+    _, straight = load_checkpoint(latest_checkpoint(tmp_path / "local" / "straight" / "checkpoints").path)
+    _, early = load_checkpoint(latest_checkpoint(f"{url}/early/checkpoints").path)
+    assert_same_training(straight, early)
+    assert straight["memories"] == early["memories"]
