@@ -19,7 +19,9 @@ The protocol, the same for both sides:
   frames per iteration (``--n-steps``, 1000 as shipped), one iteration per epoch, ``frames /
   n_steps`` epochs. Everything else is the file's own;
 - SB3 trains ``SAC("MlpPolicy", env, learning_starts=..., seed=seed, device="cpu")`` (``TD3``
-  likewise) with SB3's defaults otherwise, ``learn(total_timesteps=frames)``;
+  likewise) with SB3's defaults otherwise, ``learn(total_timesteps=frames)``; with ``--sb3-chunk
+  N`` SB3 runs digideep's chunked schedule instead (``train_freq=N, gradient_steps=N``), to tell
+  what the schedule alone does;
 - evaluation: ``--eval-episodes`` (10) deterministic episodes of the final policy on a fresh
   environment seeded ``seed + 10000`` (training uses ``seed``): digideep's own test stage, once,
   at the end of the run (its test explorer, train normalisers copied in); SB3's ``evaluate_policy``.
@@ -140,8 +142,14 @@ def sb3_cell(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     algorithm = {"sac": sb3.SAC, "td3": sb3.TD3}[args.algo]
+    chunk = {"train_freq": args.sb3_chunk, "gradient_steps": args.sb3_chunk} if args.sb3_chunk > 1 else {}
     model = algorithm(
-        "MlpPolicy", gym.make(args.env), learning_starts=args.learning_starts, seed=seed, device="cpu"
+        "MlpPolicy",
+        gym.make(args.env),
+        learning_starts=args.learning_starts,
+        seed=seed,
+        device="cpu",
+        **chunk,
     )
     start = time.perf_counter()
     model.learn(total_timesteps=args.frames)
@@ -179,6 +187,7 @@ def launch(args: argparse.Namespace, side: str, seed: int, workdir: Path) -> dic
         *("--algo", args.algo, "--env", args.env, "--frames", str(args.frames)),
         *("--learning-starts", str(args.learning_starts), "--eval-episodes", str(args.eval_episodes)),
         *("--n-steps", str(args.n_steps), "--threads", str(args.threads), "--device", args.device),
+        *("--sb3-chunk", str(args.sb3_chunk)),
         *("--cell", side, str(seed), "--cell-out", str(out)),
     ]
     environment = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(args.threads))}
@@ -259,8 +268,12 @@ def versions() -> dict[str, str]:
 
 
 # -- parity over several result files --------------------------------------------------------------
-SAME_SETTINGS = ("algo", "frames", "learning_starts", "eval_episodes", "n_steps", "threads", "device")
-"""Settings every combined file must share (environments and seeds may differ)."""
+SAME_SETTINGS = {
+    "algo": None, "frames": None, "learning_starts": None, "eval_episodes": None, "n_steps": None,
+    "threads": None, "device": None, "sb3_chunk": 1,
+}  # fmt: skip
+"""Settings every combined file must share (environments and seeds may differ), with the value a
+file written before the setting existed had."""
 
 
 def combine(paths: list[str]) -> str:
@@ -275,7 +288,7 @@ def combine(paths: list[str]) -> str:
     reports = [json.loads(Path(path).read_text()) for path in paths]
     first = reports[0]["settings"]
     for path, report in zip(paths, reports, strict=True):
-        differ = [k for k in SAME_SETTINGS if report["settings"].get(k) != first.get(k)]
+        differ = [k for k, d in SAME_SETTINGS.items() if report["settings"].get(k, d) != first.get(k, d)]
         if differ:
             sys.exit(
                 f"bench_learning: {path} differs from {paths[0]} in {', '.join(differ)}; combine runs of one protocol"
@@ -349,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         help="digideep frames per iteration; divides --frames (default: 1000)",
     )
+    parser.add_argument(
+        "--sb3-chunk",
+        type=int,
+        default=1,
+        metavar="N",
+        help="SB3 collects N frames with one policy, then makes N gradient steps (train_freq = "
+        "gradient_steps = N: digideep's chunked schedule; default 1, SB3's own)",
+    )
     parser.add_argument("--device", default="cpu", help="digideep's device: cpu, auto, cuda (SB3: cpu)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
@@ -391,8 +412,8 @@ def main() -> None:
         parser.error(
             f"--n-steps {args.n_steps} must divide --frames {args.frames} (digideep runs whole chunks)"
         )
-    if args.jobs < 1 or args.threads < 1 or args.eval_episodes < 1:
-        parser.error("--jobs, --threads and --eval-episodes must be at least 1")
+    if args.jobs < 1 or args.threads < 1 or args.eval_episodes < 1 or args.sb3_chunk < 1:
+        parser.error("--jobs, --threads, --eval-episodes and --sb3-chunk must be at least 1")
     if "sb3" in args.sides:
         try:
             import stable_baselines3  # noqa: F401
@@ -408,6 +429,7 @@ def main() -> None:
         f"{args.algo} on {args.env}: {args.frames} frames, learning_starts {args.learning_starts}, "
         f"{args.eval_episodes} deterministic episodes at the end; {args.threads} torch thread(s) a cell, "
         f"{args.jobs} cell(s) at a time; digideep {PARAMS[args.algo]} on {args.device}"
+        + (f"; SB3 in chunks of {args.sb3_chunk} frames" if args.sb3_chunk > 1 else "")
     )
     print(header, file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_learning-") as scratch:
