@@ -114,16 +114,7 @@ class UniformTransitions(Sampler):
         seed: int | None = None,
         units: Sequence[Unit] = (),
     ) -> None:
-        if int(batch_size) < 1 or int(num_batches) < 1:
-            raise ValueError(
-                f"UniformTransitions needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
-            )
-        info = {
-            "batch_size": int(batch_size),
-            "num_batches": int(num_batches),
-            "keys": None if keys is None else list(keys),
-            "seed": seed,
-        }
+        info = _transitions_info(type(self).__name__, batch_size, num_batches, keys, seed)
         super().__init__([uniform_transitions, *units], info)
 
 
@@ -158,24 +149,14 @@ class DeviceUniformTransitions(Sampler):
         device: torch.device | str = "cpu",
         units: Sequence[Unit] = (),
     ) -> None:
-        if int(batch_size) < 1 or int(num_batches) < 1:
-            raise ValueError(
-                f"DeviceUniformTransitions needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
-            )
+        info = _transitions_info(type(self).__name__, batch_size, num_batches, keys, seed)
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
         if seed is None:
             self.generator.seed()
         else:
             self.generator.manual_seed(int(seed))
-        info = {
-            "batch_size": int(batch_size),
-            "num_batches": int(num_batches),
-            "keys": None if keys is None else list(keys),
-            "seed": seed,
-            "device": self.device,
-            "generator": self.generator,
-        }
+        info |= {"device": self.device, "generator": self.generator}
         super().__init__([device_uniform_transitions, *units], info)
 
     def state_dict(self) -> dict[str, Any]:
@@ -211,3 +192,19 @@ class LastChunk(Sampler):
 
     def __init__(self, units: Sequence[Unit] = (), seed: int | None = None, **info: Any) -> None:
         super().__init__([get_last_chunk, *units], {**info, "seed": seed})
+
+
+def _transitions_info(
+    sampler: str, batch_size: int, num_batches: int, keys: Sequence[str] | None, seed: int | None
+) -> dict[str, Any]:
+    """The ``info`` of a uniform-transitions sampler, its sizes checked.
+
+    Raises:
+        ValueError: ``batch_size`` or ``num_batches`` below 1.
+    """
+    if int(batch_size) < 1 or int(num_batches) < 1:
+        raise ValueError(
+            f"{sampler} needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
+        )
+    keys = None if keys is None else list(keys)
+    return {"batch_size": int(batch_size), "num_batches": int(num_batches), "keys": keys, "seed": seed}

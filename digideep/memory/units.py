@@ -62,15 +62,7 @@ def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
     Raises:
         ValueError: if the memory holds no transition yet.
     """
-    batch_size = int(info["batch_size"])
-    num_batches = int(info.get("num_batches", 1))
-    size = memory.size
-    if size <= 0:
-        raise ValueError(
-            "uniform_transitions: the memory holds no transition yet; store a chunk first "
-            "(with warm_start, explore before the first update)"
-        )
-    keys = info.get("keys") or memory.keys()
+    batch_size, num_batches, size, keys = _draw_sizes("uniform_transitions", memory, info)
     draws = info["rng"].integers(0, memory.num_workers * size, num_batches * batch_size)
     workers, logical = np.divmod(draws, size)
     rows = memory.physical_rows(logical)
@@ -102,15 +94,7 @@ def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, t
     Raises:
         ValueError: if the memory holds no transition yet, or reads Zarr (``mode="disk"``).
     """
-    batch_size = int(info["batch_size"])
-    num_batches = int(info.get("num_batches", 1))
-    size = memory.size
-    if size <= 0:
-        raise ValueError(
-            "device_uniform_transitions: the memory holds no transition yet; store a chunk first "
-            "(with warm_start, explore before the first update)"
-        )
-    keys = info.get("keys") or memory.keys()
+    batch_size, num_batches, size, keys = _draw_sizes("device_uniform_transitions", memory, info)
     device = torch.device(info["device"])
     mirror = memory.mirror(device, keys)
     count = num_batches * batch_size
@@ -124,6 +108,21 @@ def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, t
         batch[key] = values.view(num_batches, batch_size, *values.shape[1:])
     batch["/indices"] = torch.stack((workers, rows), dim=-1).view(num_batches, batch_size, 2)
     return batch
+
+
+def _draw_sizes(unit: str, memory: Any, info: dict[str, Any]) -> tuple[int, int, int, list[str]]:
+    """``batch_size``, ``num_batches``, the memory's valid rows per worker and the keys to read.
+
+    Raises:
+        ValueError: the memory holds no transition yet.
+    """
+    if memory.size <= 0:
+        raise ValueError(
+            f"{unit}: the memory holds no transition yet; store a chunk first "
+            "(with warm_start, explore before the first update)"
+        )
+    keys = info.get("keys") or memory.keys()
+    return int(info["batch_size"]), int(info.get("num_batches", 1)), int(memory.size), keys
 
 
 def select_keys(data: Batch, info: dict[str, Any]) -> Batch:
