@@ -113,6 +113,12 @@ def stop_after_first_checkpoint(
     wait_for_first_checkpoint(process, root / "s")
     time.sleep(0.3)  # into the next epoch: a stop mid-epoch is the case that once logged a step more
     signalled = time.monotonic()
+    code, stderr = signal_and_wait(process, signum)
+    return code, stderr, time.monotonic() - signalled
+
+
+def signal_and_wait(process: subprocess.Popen, signum: int) -> tuple[int, str]:
+    """Signal ``process``'s group; its exit status and stderr (a hang past :data:`STOP_BOUND` fails)."""
     os.killpg(process.pid, signum)
     try:
         _, stderr = process.communicate(timeout=STOP_BOUND)
@@ -120,7 +126,7 @@ def stop_after_first_checkpoint(
         os.killpg(process.pid, signal.SIGKILL)
         _, stderr = process.communicate()
         pytest.fail(f"no exit {STOP_BOUND:.0f} s after {signal.Signals(signum).name}:\n{stderr[-3000:]}")
-    return process.returncode, stderr, time.monotonic() - signalled
+    return process.returncode, stderr
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ run trained to its end), a SIGTERM while a finished plain-loop run closed killed
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -21,7 +20,7 @@ from mlflow import MlflowClient
 
 from digideep.pipeline.checkpoint import latest_checkpoint
 from tests.conftest import REPO
-from tests.pipeline.test_stop import DIGIDEEP, STOP_BOUND, cli_command, driver_env, wait_until
+from tests.pipeline.test_stop import DIGIDEEP, cli_command, driver_env, signal_and_wait, wait_until
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -56,18 +55,6 @@ def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-
-
-def signal_and_wait(process: subprocess.Popen, signum: int) -> tuple[int, str]:
-    """Signal ``process``'s group; its exit status and stderr (a hang past :data:`STOP_BOUND` fails)."""
-    os.killpg(process.pid, signum)
-    try:
-        _, stderr = process.communicate(timeout=STOP_BOUND)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        pytest.fail(f"no exit {STOP_BOUND:.0f} s after {signal.Signals(signum).name}:\n{stderr[-3000:]}")
-    return process.returncode, stderr
 
 
 def own_mlflow(env: dict[str, str], root: Path) -> dict[str, str]:
