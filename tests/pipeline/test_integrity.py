@@ -149,13 +149,7 @@ def test_a_damaged_newest_checkpoint_or_journal_resumes_from_the_previous_checkp
     if damage is cut_journal:
         assert "unfinished record" in result.stderr  # the cut tail is dropped, with its own line
 
-    straight_states, straight_memory = final_state(sessions["root"], "straight")
-    states, memory = final_state(sessions["root"], name)
-    assert memory["iteration"] == straight_memory["iteration"] == 8
-    assert_same_training(straight_states, states)
-    assert memory["pointers"] == straight_memory["pointers"]
-    for key, values in straight_memory["contents"].items():
-        np.testing.assert_array_equal(values, memory["contents"][key], err_msg=key)
+    assert_same_as_straight(sessions["root"], "straight", name)
     assert newest.name != previous.name and (session / "done.json").exists()
 
 
@@ -271,8 +265,13 @@ def test_a_refusal_changes_no_file_and_the_repaired_session_resumes_bit_identica
     assert result.returncode == 0, result.stderr[-3000:]
     assert "passing over" not in result.stderr  # the newest checkpoint, as before the damage
     straight = "straight" if source == "killed" else "straight-wraps"
-    straight_states, straight_memory = final_state(sessions["root"], straight)
-    states, memory = final_state(sessions["root"], name)
+    assert_same_as_straight(sessions["root"], straight, name)
+
+
+def assert_same_as_straight(root, straight: str, name: str) -> None:
+    """Session ``name`` ended as ``straight``, never stopped, did: weights, optimizers, memory."""
+    straight_states, straight_memory = final_state(root, straight)
+    states, memory = final_state(root, name)
     assert memory["iteration"] == straight_memory["iteration"] == 8
     assert_same_training(straight_states, states)
     assert memory["pointers"] == straight_memory["pointers"]
