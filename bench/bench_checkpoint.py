@@ -88,11 +88,11 @@ from common import machine
 
 from digideep.pipeline import components, runner_state
 from digideep.pipeline import runner as runner_module
-from digideep.pipeline.checkpoint import latest_checkpoint
 from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import resolve_params
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
+from digideep.storage.checkpoint import latest_checkpoint
 
 PARAMS = "params.mujoco_sac"
 CPANEL = {"learning_starts": 1000}  # the warm start (random actions) ends after the first chunk

@@ -35,7 +35,7 @@ from prefect.settings import (
     temporary_settings,
 )
 
-from digideep.utility.files import atomic_write_text
+from digideep.storage.files import atomic_write_text
 
 LOCAL = "digideep-local"
 """The profile of ``make prefect-up``'s server."""

@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from digideep.utility.files import atomic_write_text
+from digideep.storage.files import atomic_write_text
 
 SERVER_ONLY = ("DIGIDEEP_STACK_PG_PASSWORD", "MLFLOW_FLASK_SERVER_SECRET_KEY")
 CLIENT_SECRETS = (

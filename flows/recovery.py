@@ -35,7 +35,7 @@ from prefect.client.schemas.sorting import LogSort
 from prefect.states import Crashed
 
 from digideep.pipeline.upload_cache import working_folder
-from digideep.utility.location import Location
+from digideep.storage.location import Location
 
 TAIL_LINES = 50
 """The most lines of the killed attempt's log sent to the retry's flow-run log."""

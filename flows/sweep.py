@@ -20,7 +20,7 @@ from prefect.deployments import run_deployment
 from prefect.flow_runs import wait_for_flow_run
 from prefect.utilities.asyncutils import run_coro_as_sync
 
-from digideep.utility.location import Location
+from digideep.storage.location import Location
 
 
 def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.faults.run import Driver, Ended, Process, journal_records
-from digideep.pipeline.checkpoint import COMMIT_FILE, SAVING_MARK, find_checkpoints
+from digideep.storage.checkpoint import COMMIT_FILE, SAVING_MARK, find_checkpoints
 
 STOP_BOUND = 60.0
 """Seconds a Ctrl-C or SIGTERM may take to stop a run (it takes a few): past it the stop hangs."""

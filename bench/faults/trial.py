@@ -24,7 +24,7 @@ from bench.faults.verdict import (
     final_of,
     snapshot,
 )
-from digideep.utility.location import Location
+from digideep.storage.location import Location
 
 RESUMES = 3
 """Resumes a trial may take to finish (a resume that refuses in one line ends the trial)."""

@@ -19,7 +19,7 @@ import numpy as np
 from mlflow import MlflowClient
 
 from digideep.memory import Memory
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
 from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import TIMING, metric_histories
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from digideep.pipeline.session import DEFAULT_ROOT
-from digideep.utility.location import is_url
+from digideep.storage.location import is_url
 
 __all__ = [
     "EXIT_STATUS",

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from digideep.errors import UsageError
-from digideep.utility.location import is_url
+from digideep.storage.location import is_url
 
 __all__ = ["command_play"]
 
@@ -35,7 +35,7 @@ def _checkpoint_to_play(target: str, session_path: str) -> str:
     Raises:
         UsageError: the session has no whole checkpoint yet.
     """
-    from digideep.pipeline.checkpoint import latest_checkpoint
+    from digideep.storage.checkpoint import latest_checkpoint
 
     if is_url(target):
         return target  # a checkpoint on object storage, named in full

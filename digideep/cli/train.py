@@ -18,7 +18,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import check_session_exists, check_session_name, check_session_root
 from digideep.pipeline.signals import RunStoppedError, exit_code, raise_if_stopped, stop_requested
-from digideep.utility.location import Location
+from digideep.storage.location import Location
 
 __all__ = ["command_resume", "command_train"]
 

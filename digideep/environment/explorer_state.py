@@ -1,7 +1,7 @@
 """The Explorer's checkpointable state: counters, current step, normalisers and the workers' envs.
 
 Kept apart from :mod:`digideep.environment.explorer` so that the stepping loop stays short. Every
-state dict here is encoded with :mod:`digideep.utility.codec` (tensors, numbers, strings, lists,
+state dict here is encoded with :mod:`digideep.storage.codec` (tensors, numbers, strings, lists,
 tuples and dicts only), so it loads with ``torch.load(..., weights_only=True)``.
 
 Copying normaliser statistics from the train explorer into a test explorer (the Runner does this
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from digideep.utility.codec import decode, encode
+from digideep.storage.codec import decode, encode
 
 __all__ = ["ExplorerStateMixin"]
 

@@ -6,7 +6,7 @@ credentials and the endpoint come from the environment, as the filesystem reads 
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``). An object store writes each
 object whole (a PUT is atomic), so every file of the group is old or new after a crash, as on disk.
 Every request to an object store is retried through the store's transient failures for a bounded
-time (:class:`RetryingStore`, with the policy of :mod:`digideep.utility.store_retry` that the
+time (:class:`RetryingStore`, with the policy of :mod:`digideep.storage.retry` that the
 session's other files follow).
 """
 
@@ -27,8 +27,8 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, WrapperStore
 
-from digideep.utility.location import client_options
-from digideep.utility.store_retry import retrying_async
+from digideep.storage.location import client_options
+from digideep.storage.retry import retrying_async
 
 __all__ = ["Location", "RetryingStore", "copy_objects", "delete_objects", "list_objects"]
 
@@ -106,7 +106,7 @@ class RetryingStore(WrapperStore[FsspecStore]):
 
     A connection refused or reset, a 5xx or a ``SlowDown`` answer is retried with backoff for a
     bounded time; a permanent error (access refused, no bucket) fails at once in one line (see
-    :mod:`digideep.utility.store_retry`). A listing is read whole before it is handed on, so a
+    :mod:`digideep.storage.retry`). A listing is read whole before it is handed on, so a
     retried listing never yields a key twice.
     """
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import read_runner_info
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
-from digideep.utility.location import Location, location_of
+from digideep.storage.checkpoint import read_runner_info
+from digideep.storage.location import Location, location_of
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["play"]

@@ -32,19 +32,19 @@ import numpy as np
 
 from digideep.errors import UsageError
 from digideep.pipeline import components
-from digideep.pipeline.checkpoint import find_checkpoints
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.devices import configure_determinism, requested_determinism
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
-from digideep.pipeline.lease import LEASE_MARGIN
 from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
 from digideep.pipeline.rng import seed_everything
 from digideep.pipeline.runner_state import RunnerStateMixin, resume_checkpoint
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.pipeline.upload_cache import UploadCache
+from digideep.storage.checkpoint import find_checkpoints
+from digideep.storage.lease import LEASE_MARGIN
+from digideep.storage.location import Location
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
-from digideep.utility.location import Location
 from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler

@@ -3,7 +3,7 @@ from a checkpoint.
 
 Kept apart from :mod:`digideep.pipeline.runner` so that the stages and the schedule stay short.
 :meth:`RunnerStateMixin.state_dict` is ``states.pt`` of a checkpoint and
-:meth:`RunnerStateMixin.runner_info` its ``runner.json`` (see :mod:`digideep.pipeline.checkpoint`);
+:meth:`RunnerStateMixin.runner_info` its ``runner.json`` (see :mod:`digideep.storage.checkpoint`);
 :meth:`RunnerStateMixin.from_checkpoint` builds the Runner again from the params saved there and
 restores every component, so that the resumed run continues bit for bit.
 """
@@ -24,7 +24,11 @@ from digideep.errors import UsageError
 from digideep.memory import DamagedMemoryError
 from digideep.memory.storage import PreparedRestore
 from digideep.pipeline import components
-from digideep.pipeline.checkpoint import (
+from digideep.pipeline.counters import Counters
+from digideep.pipeline.rng import rng_state, set_rng_state
+from digideep.pipeline.session import Session
+from digideep.pipeline.upload_cache import UploadCache
+from digideep.storage.checkpoint import (
     Checkpoint,
     DamagedCheckpointError,
     apply_retention,
@@ -34,11 +38,7 @@ from digideep.pipeline.checkpoint import (
     read_runner_info,
     write_checkpoint,
 )
-from digideep.pipeline.counters import Counters
-from digideep.pipeline.lease import LEASE_MARGIN
-from digideep.pipeline.rng import rng_state, set_rng_state
-from digideep.pipeline.session import Session
-from digideep.pipeline.upload_cache import UploadCache
+from digideep.storage.lease import LEASE_MARGIN
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE, MetricsJournal, complete_size
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
@@ -70,7 +70,7 @@ class RunnerStateMixin:
 
         The files are written under ``checkpoints/checkpoint-<iteration>/`` and the checkpoint
         commits when its record ``commit.json`` is written, last (see
-        :mod:`digideep.pipeline.checkpoint`). Between the two, the checkpoint's own duration is
+        :mod:`digideep.storage.checkpoint`). Between the two, the checkpoint's own duration is
         appended to the metrics journal as ``time/checkpoint`` at the checkpoint's step, so a
         committed checkpoint always has it: the journal state saved in ``states.pt`` covers the
         records before it, and resuming keeps this one record too (see

@@ -17,14 +17,14 @@ A session lives at ``<root>/<name>/`` (root ``data/sessions`` by default)::
 
 Only one process may use a session at a time: a second one is refused with a one-line message
 naming the holder. The lock is a kernel lock on ``.lock`` that dies with its holder
-(:mod:`digideep.pipeline.session_lock`).
+(:mod:`digideep.storage.session_lock`).
 
 **Sessions on object storage.** The root may be an fsspec URL (``--session-path s3://bucket/runs``,
 ``gs://...``; ``file://`` is a local path) with credentials and endpoint from the environment (see
-:mod:`digideep.utility.location`). Everything of the session then lives under the URL and a retry on
+:mod:`digideep.storage.location`). Everything of the session then lives under the URL and a retry on
 another machine resumes from there alone: ``params.json``, ``cpanel.json``, ``session.json`` and
 ``done.json`` are written there directly (one PUT each), checkpoints are committed there by their
-record (:mod:`digideep.pipeline.checkpoint`). Files that grow line by line are kept in a local
+record (:mod:`digideep.storage.checkpoint`). Files that grow line by line are kept in a local
 working folder, ``data/cache/<name>-<hash of the URL>/``, and uploaded by the run
 (:mod:`digideep.pipeline.upload_cache`). Reopening a URL session to run it downloads the log and
 the journal first, so the log goes on and the journal is rewound to the checkpoint as on disk. The
@@ -36,7 +36,7 @@ Session still answers which device was requested (:mod:`digideep.pipeline.device
 :func:`digideep.pipeline.training.open_run` attaches the :class:`~digideep.pipeline.run_logging.RunLog`,
 hands the :class:`~digideep.pipeline.upload_cache.UploadCache` to the Runner and sets the threads.
 
-On a URL the lock is a lease (:mod:`digideep.pipeline.lease`, a record created with a conditional
+On a URL the lock is a lease (:mod:`digideep.storage.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
 renewal, or ``$DIGIDEEP_LEASE_TTL`` seconds (30 at the least): a dead host's session is free that
 long (plus 10 s of allowed clock skew) after its last renewal. Shorter frees a dead host's sessions
@@ -59,12 +59,12 @@ import torch
 from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.devices import agent_device, default_device, requested_device
-from digideep.pipeline.lease import acquire_session_lease, exit_process
-from digideep.pipeline.lease_store import LEASE_FILE
-from digideep.pipeline.session_lock import LOCK_FILES, FolderLock, lease_ttl
 from digideep.pipeline.upload_cache import restore_working_files, working_folder
-from digideep.utility.files import atomic_write_json
-from digideep.utility.location import Location
+from digideep.storage.files import atomic_write_json
+from digideep.storage.lease import acquire_session_lease, exit_process
+from digideep.storage.lease_store import LEASE_FILE
+from digideep.storage.location import Location
+from digideep.storage.session_lock import LOCK_FILES, FolderLock, lease_ttl
 
 __all__ = [
     "Session",

@@ -16,8 +16,8 @@ import hashlib
 import logging
 from pathlib import Path
 
-from digideep.utility.files import atomic_write_bytes
-from digideep.utility.location import Location
+from digideep.storage.files import atomic_write_bytes
+from digideep.storage.location import Location
 
 __all__ = ["CACHE_ROOT", "UPLOADED", "UploadCache", "restore_working_files", "working_folder"]
 

@@ -99,7 +99,7 @@ def command_report(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def write_report(report: Report, folder: Path, text: str, command: str) -> list[Path]:
     """Write the figures, ``table.txt`` and ``report.html`` into ``folder``, each atomically."""
     from digideep.report.html import render_html
-    from digideep.utility.files import atomic_write_bytes, atomic_write_text
+    from digideep.storage.files import atomic_write_bytes, atomic_write_text
 
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder} is a file; name a folder")

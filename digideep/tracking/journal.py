@@ -43,8 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from digideep.storage.files import atomic_write_json
 from digideep.tracking.naming import mlflow_key
-from digideep.utility.files import atomic_write_json
 
 __all__ = ["CHECKPOINT_METRIC", "JOURNAL_FILE", "SENT_FILE", "MetricsJournal", "Record", "complete_size"]
 

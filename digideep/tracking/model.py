@@ -25,7 +25,7 @@ registers one afterwards. Runs logged by earlier digideep versions kept their mo
 folders of the run; registering those still works. Loading needs torch, numpy and mlflow only: the
 pyfunc is saved as code (:mod:`digideep.tracking.policy_pyfunc`), so neither digideep nor Prefect
 is imported. Checkpoints on object storage (``s3://...``) are read through their
-:class:`~digideep.utility.location.Location`.
+:class:`~digideep.storage.location.Location`.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import torch
 from torch import nn
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import load_checkpoint, read_runner_info
-from digideep.utility.codec import decode
-from digideep.utility.location import Location, location_of
+from digideep.storage.checkpoint import load_checkpoint, read_runner_info
+from digideep.storage.codec import decode
+from digideep.storage.location import Location, location_of
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = [

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from digideep.storage.location import is_url
 from digideep.utility.flat_keys import flatten_dict
-from digideep.utility.location import is_url
 
 __all__ = [
     "DEFAULT_CURVE_METRICS",

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from digideep.utility.files import atomic_write_bytes
+from digideep.storage.files import atomic_write_bytes
 
 __all__ = ["plot_learning_curves"]
 

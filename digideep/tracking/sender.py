@@ -40,7 +40,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from digideep.pipeline.checkpoint import Checkpoint, Folder, find_checkpoints, read_runner_info
+from digideep.storage.checkpoint import Checkpoint, Folder, find_checkpoints, read_runner_info
 from digideep.tracking.failures import is_refusal, one_line
 from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.model import MODEL_ARTIFACTS, log_policy_models

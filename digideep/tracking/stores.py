@@ -22,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from digideep.utility.files import fsync_dir
+from digideep.storage.files import fsync_dir
 
 __all__ = ["create_mlflow_store", "create_optuna_store", "create_sqlite_store"]
 

@@ -25,7 +25,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import Folder
+from digideep.storage.checkpoint import Folder
 from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker

@@ -8,10 +8,10 @@ import torch
 
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory, check_nan, drop_final_prestep, inspect_shapes
-from digideep.pipeline.checkpoint import find_checkpoints, load_checkpoint
 from digideep.pipeline.params import apply_cpanel
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
+from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import profiler
 from docs.examples import cartpole_reinforce, inspect_chunk, pendulum_redq, samplers

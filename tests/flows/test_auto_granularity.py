@@ -11,8 +11,8 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.pipeline.training import open_run, run_training
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
 from flows.granularity import TaskGranularity
 from flows.train import train
 from tests.flows.test_train_flow import stack  # noqa: F401 (fixture: a real server and worker)

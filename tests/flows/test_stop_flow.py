@@ -16,7 +16,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State, StateType
 from prefect.client.schemas.responses import SetStateStatus
 
-from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint
+from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint
 from tests.flows.test_train_flow import TINY, flow_run_name, stack, start, wait
 
 __all__ = ["stack"]  # the module's Prefect server and worker (tests/flows/test_train_flow.py)

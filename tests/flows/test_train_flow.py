@@ -17,8 +17,8 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from digideep.memory import Memory
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.utility.location import Location
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.storage.location import Location
 from digideep_stack.local_stack import LocalStack
 from tests.flows.stacks import local_stack
 from tests.helpers import assert_same_tensors

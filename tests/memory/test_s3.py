@@ -18,7 +18,7 @@ from digideep.memory import DamagedMemoryError, LastChunk, Memory, RolloutMemory
 from digideep.memory.location import Location
 from digideep.memory.ring import RingCursor
 from digideep.memory.storage import RamStorage
-from digideep.pipeline.lease import LeaseLostError
+from digideep.storage.lease import LeaseLostError
 
 from .chunks import make_chunk
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from digideep.errors import UsageError
-from digideep.pipeline import checkpoint as ckpt
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
-from digideep.utility import codec
+from digideep.storage import checkpoint as ckpt
+from digideep.storage import codec
 from tests.agents.runner_setup import close, iterate, make_runner, small_params
 from tests.helpers import assert_same_tensors
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from digideep.pipeline.checkpoint import find_checkpoints, load_checkpoint
+from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
 from tests.conftest import REPO
 from tests.helpers import assert_same_training
 from tests.pipeline.test_resume import (

@@ -8,7 +8,7 @@ takes the lease over and trains to the end. Then A's way to the store comes back
 stopped saying it lost the lease, and written nothing since: every object of the bucket is as B
 left it, and B's final state is bit-identical to a run never interrupted.
 
-Without the lease's expiry watchdog and the stop on loss (:func:`digideep.pipeline.lease.exit_process`)
+Without the lease's expiry watchdog and the stop on loss (:func:`digideep.storage.lease.exit_process`)
 this failed: A noticed the loss only when a hung renewal timed out (after B could take over), and
 its checkpoint, whose writes had passed ``ensure_held`` before the cut and hung, was retried when
 the network came back and committed after B's takeover.
@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 import boto3
 import pytest
 
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.pipeline.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE, LEASE_LOST_EXIT
-from digideep.pipeline.session_lock import LEASE_TTL_VARIABLE
-from digideep.utility.location import Location
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.storage.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE, LEASE_LOST_EXIT
+from digideep.storage.location import Location
+from digideep.storage.session_lock import LEASE_TTL_VARIABLE
 from tests.conftest import REPO
 from tests.helpers import assert_same_training
 from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_command

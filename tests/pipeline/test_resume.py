@@ -20,7 +20,7 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.memory import Memory
-from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
+from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
 from tests.conftest import REPO
 from tests.helpers import assert_same_training, device_args
 

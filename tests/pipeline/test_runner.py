@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from digideep.main import cli, main
-from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
 from digideep.pipeline.devices import available_devices
+from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint, load_checkpoint
 from digideep.utility.stats import gpu_handles
 from tests.conftest import REPO
 from tests.helpers import CUDA, device_args
@@ -27,7 +27,7 @@ from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_com
 CRASH_IN_SECOND_SAVE = textwrap.dedent(
     """
     import os, signal, sys
-    from digideep.utility.location import Location
+    from digideep.storage.location import Location
     saves = []
     real_write = Location.write_bytes
     def dying_write(self, data):

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from digideep.errors import UsageError
-from digideep.pipeline.checkpoint import COMMIT_FILE, find_checkpoints, load_checkpoint
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.reporting import Progress, progress_line
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
+from digideep.storage.checkpoint import COMMIT_FILE, find_checkpoints, load_checkpoint
 from digideep.utility.monitoring import monitor
 from tests.agents.runner_setup import shipped_params
 

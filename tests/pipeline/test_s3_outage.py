@@ -16,10 +16,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.pipeline.lease import LEASE_FILE
-from digideep.utility.location import Location
-from digideep.utility.store_retry import RETRY_SECONDS_VARIABLE
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.storage.lease import LEASE_FILE
+from digideep.storage.location import Location
+from digideep.storage.retry import RETRY_SECONDS_VARIABLE
 from tests.conftest import REPO
 from tests.helpers import assert_same_training
 from tests.pipeline.test_resume import SMALL_SAC, resume_command, run, train_command

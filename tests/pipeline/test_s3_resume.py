@@ -20,10 +20,10 @@ import boto3
 import pytest
 from mlflow import MlflowClient
 
-from digideep.pipeline.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.pipeline.lease import LEASE_FILE
-from digideep.pipeline.session_lock import LEASE_TTL_VARIABLE
-from digideep.utility.location import Location
+from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
+from digideep.storage.lease import LEASE_FILE
+from digideep.storage.location import Location
+from digideep.storage.session_lock import LEASE_TTL_VARIABLE
 from tests.conftest import REPO
 from tests.helpers import assert_same_training
 from tests.pipeline.test_resume import (

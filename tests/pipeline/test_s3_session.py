@@ -20,10 +20,10 @@ import boto3
 import pytest
 
 from digideep.errors import UsageError
-from digideep.pipeline import checkpoint as ckpt
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.session import Session
-from digideep.utility.location import Location
+from digideep.storage import checkpoint as ckpt
+from digideep.storage.location import Location
 from tests.agents.runner_setup import close, iterate, small_params
 from tests.conftest import REPO
 from tests.pipeline.test_checkpoint import info, states

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from digideep.pipeline.checkpoint import find_checkpoints, latest_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import signal_reason
+from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint
 from tests.agents.runner_setup import shipped_params
 from tests.conftest import REPO
 from tests.pipeline.test_resume import SMALL_SAC, TIMING, metric_histories, run, train_command

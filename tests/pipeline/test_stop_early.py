@@ -18,7 +18,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from digideep.pipeline.checkpoint import latest_checkpoint
+from digideep.storage.checkpoint import latest_checkpoint
 from tests.conftest import REPO
 from tests.pipeline.test_stop import DIGIDEEP, cli_command, driver_env, signal_and_wait, wait_until
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import toml
 
-from digideep.utility.location import Location
+from digideep.storage.location import Location
 from tests.docs.test_commands import shown_commands
 from tests.flows.test_train_flow import session_state
 from tests.helpers import assert_same_training

@@ -26,8 +26,8 @@ from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
+from digideep.storage.location import Location
 from digideep.tracking.model import build_policy
-from digideep.utility.location import Location
 from tests.pipeline.test_resume import run, train_command
 
 TINY = {"number_epochs": 2, "epoch_size": 1, "n_steps": 50, "learning_starts": 50, "batch_size": 32,

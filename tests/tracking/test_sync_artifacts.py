@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from digideep.pipeline.checkpoint import find_checkpoints
+from digideep.storage.checkpoint import find_checkpoints
 from digideep.tracking.sender import CHECKPOINT_FILES, missing_artifacts
 from tests.conftest import REPO
 from tests.helpers import free_port

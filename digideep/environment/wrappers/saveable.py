@@ -1,4 +1,4 @@
-"""The environment side's names for the state codec of :mod:`digideep.utility.codec`.
+"""The environment side's names for the state codec of :mod:`digideep.storage.codec`.
 
 Wrappers, captured environments and the random agent encode their live state with
 :func:`to_saveable` (numpy arrays and scalars, deques, tuples, numpy generators and Gymnasium's
@@ -8,9 +8,9 @@ inverts it. Both are the one codec that checkpoints use too: there is a single t
 
 from __future__ import annotations
 
-from digideep.utility.codec import SIMPLE_TYPES
-from digideep.utility.codec import decode as from_saveable
-from digideep.utility.codec import encode as to_saveable
-from digideep.utility.codec import is_encodable as is_saveable
+from digideep.storage.codec import SIMPLE_TYPES
+from digideep.storage.codec import decode as from_saveable
+from digideep.storage.codec import encode as to_saveable
+from digideep.storage.codec import is_encodable as is_saveable
 
 __all__ = ["SIMPLE_TYPES", "from_saveable", "is_saveable", "to_saveable"]

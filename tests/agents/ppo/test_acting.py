@@ -196,9 +196,9 @@ def test_the_log_prob_formula_is_normals() -> None:
 
 def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp_path) -> None:
     """Pendulum (NumPy acting, flat buffer): 4 iterations straight == 2, checkpoint, new Runner, 2 more."""
-    from digideep.pipeline.checkpoint import find_checkpoints
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
+    from digideep.storage.checkpoint import find_checkpoints
     from tests.agents.runner_setup import small_params
 
     params = small_params("digideep.agents.ppo.PPO", {"batch_size": 16, "n_epochs": 2}, "Pendulum-v1", 1, 32)

@@ -31,16 +31,16 @@ import boto3
 import pytest
 
 from digideep.errors import UsageError
-from digideep.pipeline.lease import (
+from digideep.storage.lease import (
     DEFAULT_CLOCK_SKEW,
     LEASE_FILE,
     Lease,
     LeaseLostError,
     acquire_session_lease,
 )
-from digideep.pipeline.lease_holder import this_process
-from digideep.pipeline.lease_store import store_for
-from digideep.utility.store_retry import BOTOCORE_RETRIES
+from digideep.storage.lease_holder import this_process
+from digideep.storage.lease_store import store_for
+from digideep.storage.retry import BOTOCORE_RETRIES
 from tests.s3 import StoreOutage, moto_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_a_held_session_is_refused_in_one_line_naming_the_holder_and_released_on
 
 HOLDER = """
 import sys, time
-from digideep.pipeline.lease import acquire_session_lease
+from digideep.storage.lease import acquire_session_lease
 lease = acquire_session_lease(sys.argv[1], {"flow_run_id": "dead-run"}, ttl=2.0, clock_skew=0.5)
 print(lease.owner, flush=True)
 time.sleep(600)
@@ -124,7 +124,7 @@ def test_a_holder_killed_on_this_machine_is_taken_over_at_once_with_one_line(s3_
     assert record["owner"] == dead_owner and record["process"]["pid"] == holder.pid
     assert record["process"] == {**this_process(), "pid": holder.pid, "started": record["process"]["started"]}
 
-    with caplog.at_level(logging.WARNING, logger="digideep.pipeline.lease"):
+    with caplog.at_level(logging.WARNING, logger="digideep.storage.lease"):
         lease = acquire_session_lease(url, {"flow_run_id": "retry"}, ttl=120.0)  # far from expiry
     try:
         assert time.time() < record["expires"]
@@ -349,7 +349,7 @@ def test_a_retry_of_the_holding_flow_run_waits_out_its_lease_and_takes_over(s3_b
         lease.release()
 
 
-def test_the_lease_store_leaves_retrying_to_store_retry_and_never_draws_from_the_global_random(
+def test_the_lease_store_leaves_retrying_to_storage_retry_and_never_draws_from_the_global_random(
     s3_server, s3_bucket, s3_env, monkeypatch
 ):
     """botocore's retries drew their jitter from Python's global ``random`` on the heartbeat's thread,

@@ -148,7 +148,7 @@ def _rms(mean: Any, var: Any, count: Any) -> RunningMeanStd:
 
 
 # -- checkpoint format 1 ---------------------------------------------------------------------------
-_V1_NUMPY = "__numpy__"  # digideep.pipeline.checkpoint.encode_states of format 1
+_V1_NUMPY = "__numpy__"  # digideep.storage.checkpoint.encode_states of format 1
 
 
 def decode_v1(value: Any, tensors_are_arrays: bool = False) -> Any:

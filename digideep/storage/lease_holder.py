@@ -4,7 +4,7 @@ A lease record names its holder's process by what makes a pid unique across time
 the kernel's boot id (a new one at every boot), the pid namespace (containers have their own pids),
 the pid, and the process's start time (field 22 of ``/proc/<pid>/stat``, clock ticks since boot,
 which tells a reused pid from the original). A starter on the same boot and namespace can prove the
-holder dead (see :func:`dead_here`) and take its lease over at once; see :mod:`digideep.pipeline.lease`.
+holder dead (see :func:`dead_here`) and take its lease over at once; see :mod:`digideep.storage.lease`.
 """
 
 from __future__ import annotations

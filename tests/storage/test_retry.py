@@ -19,8 +19,8 @@ import zarr
 
 from digideep.errors import UsageError
 from digideep.memory.location import Location as MemoryLocation
-from digideep.utility.location import Location
-from digideep.utility.store_retry import RETRY_SECONDS_VARIABLE, StoreUnavailableError
+from digideep.storage.location import Location
+from digideep.storage.retry import RETRY_SECONDS_VARIABLE, StoreUnavailableError
 from tests.s3 import S3Server, StoreOutage
 
 
@@ -40,7 +40,7 @@ def test_a_write_and_a_read_during_an_outage_wait_for_the_store_and_succeed(outa
     Location(url).write_bytes(b"old")
     restart = outage.down_for(4.0)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="digideep.utility.store_retry"):
+    with caplog.at_level(logging.WARNING, logger="digideep.storage.retry"):
         Location(url).write_bytes(data)  # a fresh Location: the client's new connections are refused
     assert time.monotonic() - started >= 3.5, "the write cannot have landed while the store was down"
     restart.join()

@@ -4,7 +4,7 @@ Object stores fail for a moment all the time: a restart or a network blip refuse
 connections for seconds, a busy bucket answers ``503 SlowDown``, a node answers ``500``. The
 storage clients retry a few times within a few seconds (botocore five attempts, s3fs five more on
 throttling); a 20 s outage outlasts both. Every request of a session on object storage goes through
-:func:`retrying` (the :class:`~digideep.utility.location.Location` of its files) or
+:func:`retrying` (the :class:`~digideep.storage.location.Location` of its files) or
 :func:`retrying_async` (the Zarr store of its memory), which retries such *transient* errors with
 exponential backoff and jitter for up to ``$DIGIDEEP_STORE_RETRY_SECONDS`` seconds (default 120)
 in all, then fails the run in one line (:class:`StoreUnavailableError`). Every request retried is

@@ -1,6 +1,6 @@
 """A session lock for object storage: a lease that a dead host loses by itself.
 
-A local session is locked with a kernel lock (``flock``, see :mod:`digideep.pipeline.session`),
+A local session is locked with a kernel lock (``flock``, see :mod:`digideep.storage.session_lock`),
 which dies with its process. Object stores have no such lock and a host can die without cleaning
 up, so a session under a URL is held by a *lease*: the object ``<session url>/.lease.json``::
 
@@ -64,8 +64,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.pipeline.lease_holder import dead_here, this_process
-from digideep.pipeline.lease_store import (
+from digideep.storage.lease_holder import dead_here, this_process
+from digideep.storage.lease_store import (
     LEASE_FILE,
     LeaseConflictError,
     LeaseMissingError,
@@ -73,7 +73,7 @@ from digideep.pipeline.lease_store import (
     Stored,
     store_for,
 )
-from digideep.utility.store_retry import retrying
+from digideep.storage.retry import retrying
 
 __all__ = [
     "DEFAULT_CLOCK_SKEW",

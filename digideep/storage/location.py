@@ -5,14 +5,14 @@ A :class:`Location` is a path-like handle on a folder or file given as a local p
 ``az://...``). It offers what a session needs and nothing more: read and write whole files, list a
 folder, delete, test for existence. Writes are atomic for readers on both kinds:
 
-- local disk: a temporary sibling, fsynced and renamed into place (as :mod:`digideep.utility.files`);
+- local disk: a temporary sibling, fsynced and renamed into place (as :mod:`digideep.storage.files`);
 - object store: one PUT, which an object store applies whole or not at all.
 
 Object stores have no rename, so nothing here renames on them; callers that commit several files
-(checkpoints) write a small record last (see :mod:`digideep.pipeline.checkpoint`). Every request
+(checkpoints) write a small record last (see :mod:`digideep.storage.checkpoint`). Every request
 to an object store is retried through the store's transient failures (a restart, throttling) for a
 bounded time, and a permanent one (access refused, no bucket) fails at once in one line: see
-:mod:`digideep.utility.store_retry`.
+:mod:`digideep.storage.retry`.
 
 Credentials and endpoints come from the environment, as the storage's own client reads them: for
 S3, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` (MinIO, moto, ...) and
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from digideep.errors import UsageError
-from digideep.utility.files import atomic_write_bytes, fsync_dir
-from digideep.utility.store_retry import BOTOCORE_RETRIES, retrying
+from digideep.storage.files import atomic_write_bytes, fsync_dir
+from digideep.storage.retry import BOTOCORE_RETRIES, retrying
 
 __all__ = ["Location", "client_options", "environment_options", "is_url", "location_of"]
 
@@ -240,7 +240,7 @@ class Location:
 
     def _retrying(self, what: str, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``method(*args, **kwargs)`` of the store, retried through its hiccups (see
-        :mod:`digideep.utility.store_retry`: transient errors for a bounded time, permanent ones
+        :mod:`digideep.storage.retry`: transient errors for a bounded time, permanent ones
         at once in one line)."""
         return retrying(lambda: method(*args, **kwargs), what, self.url)
 
@@ -324,7 +324,7 @@ def client_options(protocol: str) -> dict[str, Any]:
     """What a session's filesystem is opened with: :func:`environment_options`, and on S3 no retries
     of botocore's own (one attempt per request).
 
-    :mod:`digideep.utility.store_retry` retries every request for a bounded time; botocore's retries
+    :mod:`digideep.storage.retry` retries every request for a bounded time; botocore's retries
     under it would only add their few seconds, and their jitter draws from Python's global
     ``random``, a stream that checkpoints hold: an outage would make a resumed run differ.
     """

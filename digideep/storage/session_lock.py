@@ -5,7 +5,7 @@ naming the holder. The lock is a kernel lock on ``.lock`` (:class:`filelock.File
 with its holder: a crashed run leaves no stale lock to clean up, and no starter ever removes
 another's lock file (removing and retaking by hand let two starters hold the lock at once).
 Processes forked after the lock was taken (the environment workers) share it until they exit.
-A session on object storage holds a lease instead (:mod:`digideep.pipeline.lease`), whose time to
+A session on object storage holds a lease instead (:mod:`digideep.storage.lease`), whose time to
 live is :func:`lease_ttl`.
 """
 
@@ -22,8 +22,8 @@ import psutil
 from filelock import FileLock, Timeout
 
 from digideep.errors import UsageError
-from digideep.pipeline.lease import DEFAULT_TTL, LEASE_MARGIN
-from digideep.utility.files import atomic_write_json
+from digideep.storage.files import atomic_write_json
+from digideep.storage.lease import DEFAULT_TTL, LEASE_MARGIN
 
 __all__ = ["LEASE_TTL_VARIABLE", "LOCK_FILES", "FolderLock", "lease_ttl"]
 

@@ -3,7 +3,7 @@
 :class:`LeaseStore` is the whole contract a lease needs: read the record with a token (an etag, a
 generation), create it only if absent, replace or delete it only if the token still matches.
 :class:`S3LeaseStore` implements it for S3 and S3-compatible stores (MinIO, moto) with
-``If-None-Match: *`` and ``If-Match: <etag>``. See :mod:`digideep.pipeline.lease` for GCS and Azure.
+``If-None-Match: *`` and ``If-Match: <etag>``. See :mod:`digideep.storage.lease` for GCS and Azure.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from digideep.errors import UsageError
-from digideep.utility.store_retry import BOTOCORE_RETRIES, StoreUnavailableError, retrying
+from digideep.storage.retry import BOTOCORE_RETRIES, StoreUnavailableError, retrying
 
 __all__ = [
     "LEASE_FILE",
@@ -69,8 +69,8 @@ class S3LeaseStore:
     (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...). Requests time out
     within ``timeout`` seconds so that a heartbeat never hangs past its lease. A request that fails
     transiently is retried for up to ``timeout`` seconds more by
-    :func:`~digideep.utility.store_retry.retrying`, as every request of a session is; botocore's own
-    retries are off (:data:`~digideep.utility.store_retry.BOTOCORE_RETRIES`): their jitter drew from
+    :func:`~digideep.storage.retry.retrying`, as every request of a session is; botocore's own
+    retries are off (:data:`~digideep.storage.retry.BOTOCORE_RETRIES`): their jitter drew from
     Python's global ``random``, on the heartbeat's thread, at moments that depend on the network.
     """
 
@@ -170,7 +170,7 @@ def _s3_client(timeout: float) -> Any:
             config = Config(
                 connect_timeout=timeout,
                 read_timeout=timeout,
-                retries=dict(BOTOCORE_RETRIES),  # retried by store_retry, on a generator of its own
+                retries=dict(BOTOCORE_RETRIES),  # retried by storage.retry, on a generator of its own
             )
             _CLIENTS[key] = boto3.session.Session().client("s3", config=config)
         return _CLIENTS[key]

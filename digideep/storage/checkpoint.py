@@ -5,7 +5,7 @@ A checkpoint is the folder ``<session>/checkpoints/checkpoint-<iteration>/``:
 - ``runner.json``: the resolved params tree, the counters, the class paths of the agents and memories,
   and the versions of the checkpoint format, digideep and torch. JSON, so loading never runs code.
 - ``states.pt``: the nested ``state_dict()`` of runner, agents, explorers, memories, the Monitor's
-  windows and every RNG state, encoded with :mod:`digideep.utility.codec` (numpy arrays, generators
+  windows and every RNG state, encoded with :mod:`digideep.storage.codec` (numpy arrays, generators
   and the like become tagged tensors and dicts), saved with ``torch.save`` and loaded on the CPU with
   ``weights_only=True``. Networks and optimizer states reach their device through
   ``load_state_dict``, so a checkpoint written on a GPU loads on a CPU-only machine and the reverse.
@@ -46,8 +46,8 @@ import torch
 
 from digideep import __version__
 from digideep.errors import UsageError
-from digideep.utility.codec import decode, decode_v1, encode
-from digideep.utility.location import Location, location_of
+from digideep.storage.codec import decode, decode_v1, encode
+from digideep.storage.location import Location, location_of
 
 __all__ = [
     "COMMIT_FILE",
@@ -72,7 +72,7 @@ FORMAT_VERSION = 2
 """Raised whenever the layout of runner.json or states.pt changes incompatibly.
 
 1: numpy arrays tagged ``__numpy__`` by the checkpoint, environment-side states with their own tags
-and bare tensors for arrays. 2: one codec (:mod:`digideep.utility.codec`) for the whole tree. The
+and bare tensors for arrays. 2: one codec (:mod:`digideep.storage.codec`) for the whole tree. The
 commit record (``commit.json``) changed neither file: older readers load committed checkpoints.
 """
 READABLE_VERSIONS = (1, 2)
@@ -161,7 +161,7 @@ def write_checkpoint(
         folder: the session's ``checkpoints/`` folder (a local path, a URL or a Location).
         iteration: the iteration the checkpoint was taken after.
         runner_info: JSON-serialisable description of the Runner (params, counters, classes).
-        states: nested state dicts (what :func:`digideep.utility.codec.encode` accepts).
+        states: nested state dicts (what :func:`digideep.storage.codec.encode` accepts).
 
     Raises:
         TypeError: ``states`` holds a value the codec cannot save (nothing is written).

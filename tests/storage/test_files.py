@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from digideep.utility.files import atomic_write_json, atomic_write_text
+from digideep.storage.files import atomic_write_json, atomic_write_text
 
 
 def test_a_written_file_is_whole_and_leaves_no_temporary_file(tmp_path):
