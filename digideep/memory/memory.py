@@ -20,10 +20,10 @@ import zarr
 from digideep.memory.durable.write_through import WriteThroughStorage
 from digideep.memory.durable.zarr_storage import DISK_CHUNK_BYTES, WRITE_THROUGH_CHUNK_BYTES, ZarrStorage
 from digideep.memory.layout import KeySpec, validate_chunk
-from digideep.memory.location import Location
 from digideep.memory.mirror import DeviceMirror
 from digideep.memory.ring import RingCursor, RingState, logical_to_physical, parse_state, ring_slices
 from digideep.memory.storage import PreparedRestore, RamStorage, Storage
+from digideep.storage.location import Location
 
 __all__ = ["Memory"]
 

@@ -3,7 +3,9 @@
 A :class:`Location` is a path-like handle on a folder or file given as a local path
 (``data/sessions``, ``file:///mnt/runs``) or an fsspec URL (``s3://bucket/prefix``, ``gs://...``,
 ``az://...``). It offers what a session needs and nothing more: read and write whole files, list a
-folder, delete, test for existence. Writes are atomic for readers on both kinds:
+folder, delete, test for existence, and open a memory's Zarr group here (:meth:`Location.zarr_store`,
+:meth:`Location.open_group`; the object-store side in :mod:`digideep.storage.objects`). Writes are
+atomic for readers on both kinds:
 
 - local disk: a temporary sibling, fsynced and renamed into place (as :mod:`digideep.storage.files`);
 - object store: one PUT, which an object store applies whole or not at all.
@@ -30,11 +32,14 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from digideep.errors import UsageError
 from digideep.storage.files import atomic_write_bytes, fsync_dir
 from digideep.storage.retry import BOTOCORE_RETRIES, retrying
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = ["Location", "client_options", "environment_options", "is_url", "location_of"]
 
@@ -108,6 +113,11 @@ class Location:
     @property
     def name(self) -> str:
         return self.local.name if self.local is not None else self._key.rsplit("/", 1)[-1]
+
+    @property
+    def stem(self) -> str:
+        """The last part of the name without its suffix (``train`` for ``.../train.zarr``)."""
+        return Path(self.name).stem
 
     @property
     def path(self) -> Path | str:
@@ -243,6 +253,48 @@ class Location:
         :mod:`digideep.storage.retry`: transient errors for a bounded time, permanent ones
         at once in one line)."""
         return retrying(lambda: method(*args, **kwargs), what, self.url)
+
+    # -- a memory's Zarr group here ---------------------------------------------------------------
+    def zarr_store(self, read_only: bool = False) -> Any:
+        """A zarr store of this place: the path as text for a local folder (zarr opens it as a
+        ``LocalStore``), else zarr's ``FsspecStore`` on an asynchronous filesystem, every request
+        retried (:class:`~digideep.storage.objects.RetryingStore`)."""
+        if self.local is not None:
+            return str(self.local)
+        from zarr.storage import FsspecStore
+
+        from digideep.storage.objects import RetryingStore
+
+        return RetryingStore(
+            FsspecStore.from_url(
+                self.url,
+                storage_options={"asynchronous": True, **client_options(self.protocol)},
+                read_only=read_only,
+            )
+        )
+
+    def open_group(self, mode: str) -> zarr.Group:
+        """The Zarr group here (``mode`` as in :func:`zarr.open_group`)."""
+        import zarr
+
+        return zarr.open_group(store=self.zarr_store(read_only=mode == "r"), mode=mode)
+
+    def is_empty(self) -> bool:
+        """True if nothing is stored here (no file or object under the prefix)."""
+        if self.local is not None:
+            return not self.local.exists() or not any(self.local.iterdir())
+        from zarr.core.sync import sync
+
+        return bool(sync(self.zarr_store(read_only=True).is_empty("")))
+
+    def zarr_exists(self) -> bool:
+        """True if a Zarr group's metadata ``zarr.json`` is here (or, locally, the folder exists);
+        unlike :meth:`exists`, a prefix that holds other objects only does not count."""
+        if self.local is not None:
+            return self.local.exists()
+        from zarr.core.sync import sync
+
+        return bool(sync(self.zarr_store(read_only=True).exists("zarr.json")))
 
     # -- checks --------------------------------------------------------------------------------
     def check(self, timeout: float = PROBE_SECONDS) -> None:

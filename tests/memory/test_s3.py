@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from digideep.memory import DamagedMemoryError, LastChunk, Memory, RolloutMemory, UniformTransitions
-from digideep.memory.location import Location
 from digideep.memory.ring import RingCursor
 from digideep.memory.storage import RamStorage
 from digideep.storage.lease import LeaseLostError
+from digideep.storage.location import Location
 
 from .chunks import make_chunk
 
@@ -185,7 +185,7 @@ def test_a_failed_background_write_on_a_local_disk_is_raised_too(tmp_path: Path)
 def test_location_tells_paths_from_urls(tmp_path: Path) -> None:
     assert (
         Location(tmp_path / "a.zarr").is_local
-        and Location(f"file://{tmp_path}/a.zarr").path == tmp_path / "a.zarr"
+        and Location(f"file://{tmp_path}/a.zarr").local == tmp_path / "a.zarr"
     )
     remote = Location("s3://bucket/x/train.zarr/")
     assert not remote.is_local and str(remote) == "s3://bucket/x/train.zarr" and remote.stem == "train"

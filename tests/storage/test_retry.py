@@ -18,7 +18,6 @@ import pytest
 import zarr
 
 from digideep.errors import UsageError
-from digideep.memory.location import Location as MemoryLocation
 from digideep.storage.location import Location
 from digideep.storage.retry import RETRY_SECONDS_VARIABLE, StoreUnavailableError
 from tests.s3 import S3Server, StoreOutage
@@ -113,15 +112,18 @@ def test_a_missing_object_is_not_an_error_of_the_store(s3_env, s3_bucket):
 
 
 def test_the_memorys_zarr_store_rides_out_an_outage(outage, s3_bucket):
-    """The replay memory's chunks go through zarr's fsspec store, not Location: retried all the same."""
-    where = MemoryLocation(f"s3://{s3_bucket}/sessions/s/memory/train.zarr")
+    """The replay memory's chunks go through zarr's fsspec store (``Location.zarr_store``), not
+    ``Location``'s own reads and writes: retried all the same."""
+    where = Location(f"s3://{s3_bucket}/sessions/s/memory/train.zarr")
     rows = np.arange(4096, dtype=np.float32).reshape(64, 64)
     group = where.open_group("w")
     array = group.create_array("rewards", shape=rows.shape, chunks=(16, 64), dtype="float32")
     outage.down_for(3.0)
     array[:] = rows
     outage.down_for(3.0)
-    assert np.array_equal(zarr.open_group(store=where.store(read_only=True), mode="r")["rewards"][:], rows)
+    assert np.array_equal(
+        zarr.open_group(store=where.zarr_store(read_only=True), mode="r")["rewards"][:], rows
+    )
 
 
 def test_retries_draw_from_no_global_random_stream(outage, s3_bucket):

@@ -24,7 +24,7 @@ import google_crc32c
 import zarr
 
 from digideep.memory.layout import DamagedMemoryError
-from digideep.memory.location import list_objects
+from digideep.storage.objects import list_objects
 
 __all__ = [
     "ARRAY_CONFIG",

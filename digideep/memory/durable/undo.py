@@ -29,8 +29,9 @@ import zarr
 
 from digideep.memory.durable.integrity import ARRAY_CONFIG, chunk_keys
 from digideep.memory.layout import DamagedMemoryError
-from digideep.memory.location import Location, copy_objects, delete_objects, list_objects
 from digideep.memory.ring import ring_slices
+from digideep.storage.location import Location
+from digideep.storage.objects import copy_objects, delete_objects, list_objects
 
 __all__ = ["UNDO", "UndoArea", "chunks_of_rows"]
 
@@ -79,8 +80,8 @@ class UndoArea:
 
     def tidy(self) -> None:
         """Finish the deletions of areas that a process which ended had renamed away (local folders)."""
-        if self.location.path is not None:
-            for trash in self.location.path.glob(f"{UNDO}{_TRASH}*"):
+        if self.location.local is not None:
+            for trash in self.location.local.glob(f"{UNDO}{_TRASH}*"):
                 shutil.rmtree(trash, ignore_errors=True)
 
     def _area_array(self, group: zarr.Group, key: str, source: zarr.Array) -> zarr.Array:
@@ -167,13 +168,13 @@ class UndoArea:
         """
         had = bool(self.arrays)
         self.arrays = {}
-        if self.location.path is None:
+        if self.location.local is None:
             if had or UNDO in group:
                 del group[UNDO]
             return
-        folder = self.location.path / UNDO
+        folder = self.location.local / UNDO
         if folder.exists():
-            trash = self.location.path / f"{UNDO}{_TRASH}{uuid.uuid4().hex}"
+            trash = self.location.local / f"{UNDO}{_TRASH}{uuid.uuid4().hex}"
             folder.rename(trash)
             threading.Thread(
                 target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True}, daemon=True

@@ -1,7 +1,7 @@
 """The durable copy of a circular memory: a Zarr group with one array per key and a commit record.
 
 Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL, see
-:mod:`digideep.memory.location`)::
+:mod:`digideep.storage.location`)::
 
     zarr.json                 group metadata; its attribute "digideep_memory" is the commit record
     observations/zarr.json    one array per key, the key's path without its leading "/"
@@ -55,8 +55,8 @@ from digideep.memory.durable.integrity import ARRAY_CONFIG, check_zarr_version, 
 from digideep.memory.durable.readback import RestorePlan
 from digideep.memory.durable.undo import UNDO, UndoArea
 from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
-from digideep.memory.location import Location
 from digideep.memory.ring import FIELDS, RingState
+from digideep.storage.location import Location
 
 __all__ = ["ATTR", "FORMAT", "DamagedMemoryError", "ZarrGroup"]
 
@@ -161,7 +161,7 @@ class ZarrGroup:
             FileNotFoundError: if the folder does not exist.
             ValueError: if it is not a digideep memory of this format, worker count and capacity.
         """
-        if not self.location.exists():
+        if not self.location.zarr_exists():
             raise FileNotFoundError(
                 f"memory '{self.name}': no memory to load at {self.location}; it is written by flush() "
                 "(the Runner flushes before every checkpoint)"

@@ -22,9 +22,9 @@ import zarr
 from digideep.memory.durable.readback import RestorePlan, check_present, plan_load, plan_restore, verify_plan
 from digideep.memory.durable.zarr_group import ZarrGroup
 from digideep.memory.layout import KeySpec, fill_value
-from digideep.memory.location import Location
 from digideep.memory.ring import RingState, rows_written_since, surviving_size
 from digideep.memory.storage import Pieces, PreparedRestore, Storage
+from digideep.storage.location import Location
 
 __all__ = ["DISK_CHUNK_BYTES", "WRITE_THROUGH_CHUNK_BYTES", "ZarrStorage"]
 
@@ -217,7 +217,7 @@ class ZarrStorage(Storage):
             DamagedMemoryError: the commit record is damaged or a chunk file is missing.
         """
         if not self.group.is_open:
-            if target.total == 0 and not self.location.exists():
+            if target.total == 0 and not self.location.zarr_exists():
                 return None  # nothing stored yet, nothing to restore
             self.group.open(tidy=False)
         plan = plan_restore(self.group, target)
