@@ -61,6 +61,7 @@ def _boto_credentials() -> dict[str, str]:
 
 
 SERIAL_MOTO = """
+import io
 import sys
 import threading
 
@@ -72,6 +73,12 @@ handle = DomainDispatcherApplication.__call__
 
 
 def serially(self, environ, start_response):
+    stream = environ["wsgi.input"]  # the body is read before the lock: a client that stalls holds its own thread only
+    if environ.get("wsgi.input_terminated"):
+        body = stream.read()
+    else:
+        body = stream.read(int(environ.get("CONTENT_LENGTH") or 0))
+    environ["wsgi.input"] = io.BytesIO(body)
     with one_at_a_time:
         return list(handle(self, environ, start_response))
 
@@ -80,7 +87,8 @@ DomainDispatcherApplication.__call__ = serially
 sys.argv = ["moto_server", "-H", "127.0.0.1", "-p", sys.argv[1]]
 moto.server.main()
 """
-"""moto's server, handling one request at a time (connections stay concurrent).
+"""moto's server, handling one request at a time (connections stay concurrent, and each request's
+body is read before its turn, so that a client that stalls mid-upload cannot hold every other one up).
 
 moto's threaded server checks a write's condition and then writes without a lock: measured here,
 about 1 in 150 rounds of 8 simultaneous ``If-None-Match: *`` PUTs let two of them succeed. S3
@@ -248,7 +256,15 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with a TCP reset (``SO_LINGER`` 0), as a server process that died leaves its peers."""
+    """Close with a TCP reset (``SO_LINGER`` 0), as a server process that died leaves its peers.
+
+    ``shutdown(SHUT_RD)`` first wakes the other pump thread if it is blocked in ``recv`` on this
+    socket: a ``close()`` alone leaves that call (and so the connection) open for good, with no file
+    descriptor left to reach it. One such connection to moto, mid-request, once held its one-at-a-time
+    lock for good and every later request timed out.
+    """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     sock.close()
