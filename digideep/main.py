@@ -21,8 +21,9 @@
 :mod:`digideep.pipeline.devices`). Bad input prints one line, ``digideep: error: <what is wrong and how to fix it>``, on stderr and exits
 with code 2, before anything is written to disk. Training stopped by Ctrl-C or SIGTERM writes its
 checkpoint, prints one line saying how to resume it and exits with 130 or 143 (:data:`digideep.cli.options.EXIT_STATUS`).
-The commands themselves are in :mod:`digideep.cli`; this module parses, sets up logging, hands
-``--device`` on and turns errors into one line and an exit status.
+The commands themselves are in :mod:`digideep.cli` (they hand ``--device`` and ``--deterministic`` to
+the run as arguments); this module parses, sets up logging, checks ``--device`` and turns errors into
+one line and an exit status.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from digideep.errors import UsageError
@@ -87,8 +88,8 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
         raise_if_stopped()  # a signal while digideep was starting
-        with _device_options(getattr(args, "device", None), getattr(args, "deterministic", False)):
-            return func(args)
+        _check_device_option(getattr(args, "device", None))
+        return func(args)
     except UsageError as error:
         print(f"digideep: error: {_refused_credentials(error) or error}", file=sys.stderr)
         return EXIT_USAGE
@@ -145,32 +146,18 @@ def _refused_credentials(error: BaseException) -> str | None:
     return None
 
 
-@contextmanager
-def _device_options(device: str | None, deterministic: bool) -> Iterator[None]:
-    """Check ``--device`` and hand it and ``--deterministic`` to the run through the environment.
-
-    The Session and the Runner read ``$DIGIDEEP_DEVICE`` and ``$DIGIDEEP_DETERMINISTIC`` (the Prefect
-    flow runs in this process, so both drivers see them); the previous values come back afterwards.
+def _check_device_option(device: str | None) -> None:
+    """Check ``--device`` before anything touches disk; the commands hand it and ``--deterministic``
+    to the run as arguments (``device`` and ``deterministic`` of
+    :func:`~digideep.pipeline.training.open_run`, of the Session and of the ``train`` flow).
 
     Raises:
-        UsageError: ``device`` is malformed or does not exist here (before anything touches disk).
+        UsageError: ``device`` is malformed or does not exist here.
     """
-    from digideep.pipeline.devices import DETERMINISTIC_ENV, DEVICE_ENV, check_device
-
     if device is not None:
+        from digideep.pipeline.devices import check_device
+
         check_device(device)
-    chosen = {DEVICE_ENV: device, DETERMINISTIC_ENV: "1" if deterministic else None}
-    before = {name: os.environ.get(name) for name, value in chosen.items() if value is not None}
-    for name in before:
-        os.environ[name] = str(chosen[name])
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -13,15 +13,25 @@ from digideep.pipeline.play import play as play_checkpoint
 
 
 @flow(name="play", persist_result=False)
-def play(checkpoint: str, episodes: int | None = None, video: bool = False) -> list[float]:
+def play(
+    checkpoint: str,
+    episodes: int | None = None,
+    video: bool = False,
+    device: str | None = None,
+    deterministic: bool = False,
+) -> list[float]:
     """Play ``checkpoint`` for ``episodes`` episodes; return the episode returns.
 
     Args:
         checkpoint: checkpoint folder, e.g. ``data/sessions/S/checkpoints/checkpoint-100``.
         episodes: episodes to play (default: the eval explorer's ``n_episodes``).
         video: write one MP4 per episode under the session's ``videos/``.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for every agent; wins over the params'.
+        deterministic: deterministic mode, on also when the params ask for it.
     """
-    returns = play_checkpoint(checkpoint, episodes=episodes, video=video)
+    returns = play_checkpoint(
+        checkpoint, episodes=episodes, video=video, device=device, deterministic=deterministic
+    )
     if returns:
         get_run_logger().info("mean return %.2f over %d episodes", sum(returns) / len(returns), len(returns))
     return returns

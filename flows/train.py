@@ -199,6 +199,8 @@ def train(
     description: str | None = None,
     trial: dict[str, Any] | None = None,
     benchmark: dict[str, Any] | None = None,
+    device: str | None = None,
+    deterministic: bool = False,
 ) -> dict[str, Any] | State:
     """Train ``params`` with ``cpanel`` overrides; resume the session when the run is retried.
 
@@ -229,13 +231,26 @@ def train(
         benchmark: set by the benchmark flow (``flows/benchmark.py``): the cell this run is, whose
             MLflow run is tagged and nested under the benchmark's parent run
             (:func:`~digideep.tracking.trials.benchmark_tags`).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for every agent (``--device``); wins over
+            ``session.device`` of the params; None takes that, else auto.
+        deterministic: deterministic mode (``--deterministic``), on also when the params ask for it.
     """
     # digideep's handler again (Prefect's engine put its own SIGTERM handler over it): a signal is
     # recorded, never raised into the engine; before the session exists the run ends Cancelled there
     with catch_stop_signals():
         try:
             return _train(
-                params, cpanel, session_name, session_path, resume, tasks, description, trial, benchmark
+                params,
+                cpanel,
+                session_name,
+                session_path,
+                resume,
+                tasks,
+                description,
+                trial,
+                benchmark,
+                device,
+                deterministic,
             )
         except StoppedBeforeStartError as stopped:
             return Cancelled(message=str(stopped), data=stopped)
@@ -251,6 +266,8 @@ def _train(
     description: str | None,
     trial: dict[str, Any] | None,
     benchmark: dict[str, Any] | None,
+    device: str | None,
+    deterministic: bool,
 ) -> dict[str, Any] | State:
     """The body of :func:`train` (its arguments)."""
     logger = get_run_logger()
@@ -287,6 +304,8 @@ def _train(
         resume=resume or existing,
         tags=tags,
         description=description,
+        device=device,
+        deterministic=deterministic,
     )
     if handle is None:
         logger.info("session %s already finished; nothing to do", name)

@@ -188,6 +188,34 @@ def test_msg_reaches_session_json_and_the_mlflow_note(sac_project, run_env):
     assert result.stderr.count("agent 'agent': the update runs eager (CPU: the compiled step") == 1
 
 
+def test_device_and_deterministic_reach_the_run_as_arguments(sac_project, run_env):
+    """``--device cpu --deterministic`` on the plain loop, no DIGIDEEP_* variable in the environment:
+    the agent is on the CPU as requested (not by auto) and deterministic mode is on (log.txt)."""
+    env = {key: value for key, value in run_env.items() if not key.startswith("DIGIDEEP_")}
+    one_iteration = SMALL_RUN.replace("{", '{"number_epochs": 1, "epoch_size": 1, ', 1)
+    result = run_main_with(
+        sac_project,
+        env,
+        *("--params", "params.pendulum_sac", "--cpanel", one_iteration, "--session-name", "dev"),
+        *("--no-prefect", "--device", "cpu", "--deterministic"),
+    )
+    assert result.returncode == 0, result.stderr
+    text = (sac_project / "data" / "sessions" / "dev" / "log.txt").read_text()
+    assert "agent 'agent' (SAC) on cpu: requested 'cpu'" in text
+    assert "deterministic mode: deterministic algorithms on" in text
+
+
+def run_main_with(cwd, env, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "digideep.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
 def test_envs_subcommand_is_listed_and_runs():
     result = subprocess.run(
         [

@@ -19,7 +19,11 @@ def command_play(args: argparse.Namespace) -> int:
     from digideep.pipeline.play import play
 
     returns = play(
-        _checkpoint_to_play(args.checkpoint, args.session_path), episodes=args.episodes, video=args.video
+        _checkpoint_to_play(args.checkpoint, args.session_path),
+        episodes=args.episodes,
+        video=args.video,
+        device=args.device,
+        deterministic=args.deterministic,
     )
     for index, value in enumerate(returns):
         print(f"episode {index}: return {value:.2f}")

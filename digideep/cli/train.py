@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
-    resolved = resolve_params(args.params, args.cpanel)  # every check runs before anything touches disk
+    # every check runs before anything touches disk (session.device of the params unless --device)
+    resolved = resolve_params(args.params, args.cpanel, device=args.device)
     if args.session_name is not None:
         check_session_name(args.session_name)
     check_session_root(args.session_path)  # a local folder: not a file, writable
@@ -40,7 +41,7 @@ def command_train(args: argparse.Namespace) -> int:
         )
     raise_if_stopped()  # a signal during the checks (a URL store's answer can take seconds)
     if args.dry_run:
-        return _dry_run(resolved)
+        return _dry_run(resolved, args.device, args.deterministic)
     _check_tracking_server(resolved.params, args.session_path)
     raise_if_stopped()
     return _train(
@@ -52,6 +53,8 @@ def command_train(args: argparse.Namespace) -> int:
         no_prefect=args.no_prefect,
         description=args.msg,
         resolved=resolved,
+        device=args.device,
+        deterministic=args.deterministic,
     )
 
 
@@ -87,7 +90,7 @@ def _check_tracking_server(params: dict[str, Any], session_path: str) -> None:
         ) from None
 
 
-def _dry_run(resolved: ResolvedParams) -> int:
+def _dry_run(resolved: ResolvedParams, device: str | None, deterministic: bool) -> int:
     """Build everything a run builds (in a temporary session), print the params tree, keep nothing.
 
     No session folder, no MLflow run, no Prefect flow run: the temporary session (its Zarr memory
@@ -100,7 +103,9 @@ def _dry_run(resolved: ResolvedParams) -> int:
 
     with (
         tempfile.TemporaryDirectory(prefix="digideep-dry-run-") as scratch,
-        Session(root=scratch, params_name=resolved.module) as session,
+        Session(
+            root=scratch, params_name=resolved.module, device=device, deterministic=deterministic
+        ) as session,
     ):
         runner = Runner(session, resolved.params, tracker=None)
         try:
@@ -141,7 +146,17 @@ def command_resume(args: argparse.Namespace) -> int:
     root, name = split_session(args.session, args.session_path)
     check_session_exists(root, name)  # before a Prefect server and a flow run are started for it
     raise_if_stopped()
-    return _train(None, None, name, root, resume=True, no_prefect=args.no_prefect, description=None)
+    return _train(
+        None,
+        None,
+        name,
+        root,
+        resume=True,
+        no_prefect=args.no_prefect,
+        description=None,
+        device=args.device,
+        deterministic=args.deterministic,
+    )
 
 
 def _session_exists(root: Location, name: str) -> bool:
@@ -160,8 +175,13 @@ def _train(
     no_prefect: bool,
     description: str | None,
     resolved: ResolvedParams | None = None,
+    device: str | None = None,
+    deterministic: bool = False,
 ) -> int:
     """Train a new run (``params`` with ``cpanel``) or resume session ``name`` under ``root``.
+
+    ``device`` and ``deterministic`` (``--device``, ``--deterministic``) go to the run as arguments,
+    of :func:`~digideep.pipeline.training.open_run` or of the flow.
 
     With ``--no-prefect`` the run takes ``resolved``, the params :func:`command_train` resolved.
     The Prefect flow is an entry point of its own (deployments and retries call it with a module
@@ -184,6 +204,8 @@ def _train(
             session_path=root,
             resume=resume,
             description=description,
+            device=device,
+            deterministic=deterministic,
         )
         reason = run_training(handle)
         if handle is not None and exit_code(reason):
@@ -204,6 +226,8 @@ def _train(
                 session_path=root,
                 resume=resume,
                 description=description,
+                device=device,
+                deterministic=deterministic,
             )
         reason = result["stopped"]
     late = stop_requested()

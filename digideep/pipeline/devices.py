@@ -3,7 +3,8 @@
 A run asks for a device in one of three places, the first found wins:
 
 1. ``--device`` on the command line (``digideep train/resume/play``, ``python -m digideep.main``),
-   which sets ``$DIGIDEEP_DEVICE`` for the process;
+   handed to the run as an argument (``device`` of :func:`~digideep.pipeline.training.open_run`,
+   of the :class:`~digideep.pipeline.session.Session` and of the ``train`` flow);
 2. ``session.device`` in the params tree (the shipped files take it from a ``device`` cpanel knob
    when they declare one);
 3. ``"auto"``.
@@ -23,8 +24,8 @@ copies than they save), while SAC made 191 gradient steps/s on the GPU against a
 Without CUDA every agent gets the CPU. The log says which device each agent got and why. Ask for
 ``--device cuda`` for an on-policy agent with wide networks, where the GPU may win.
 
-Deterministic mode (``session.deterministic: true`` or ``--deterministic``) makes a run on one GPU
-repeatable: :func:`configure_determinism`. Its cost in speed was not measured here (no GPU).
+Deterministic mode (``session.deterministic: true`` or ``--deterministic``, the ``deterministic``
+argument of the same functions: either one turns it on) makes a run on one GPU repeatable: :func:`configure_determinism`. Its cost in speed was not measured here (no GPU).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ from digideep.environment.spaces import is_image
 from digideep.errors import UsageError
 
 __all__ = [
-    "DETERMINISTIC_ENV",
-    "DEVICE_ENV",
     "auto_device",
     "available_devices",
     "check_device",
@@ -52,11 +51,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEVICE_ENV = "DIGIDEEP_DEVICE"
-"""Set by ``--device``; wins over ``session.device`` in params."""
-DETERMINISTIC_ENV = "DIGIDEEP_DETERMINISTIC"
-"""Set to ``1`` by ``--deterministic``; turns deterministic mode on whatever params say."""
 
 _FORMAT = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -92,8 +86,8 @@ def check_device(device: str) -> str:
 
 
 def requested_device(explicit: str | None, params_device: str | None) -> str:
-    """The device request that applies: ``$DIGIDEEP_DEVICE``, then ``explicit``, then params, then auto."""
-    return check_device(os.environ.get(DEVICE_ENV) or explicit or params_device or "auto")
+    """The device request that applies: ``explicit`` (``--device``), then params, then auto."""
+    return check_device(explicit or params_device or "auto")
 
 
 def default_device(request: str) -> torch.device:
@@ -151,9 +145,9 @@ def _has_images(space: gym.Space) -> bool:
     return is_image(space)
 
 
-def requested_determinism(params_value: bool | None) -> bool:
-    """Whether deterministic mode is on: ``$DIGIDEEP_DETERMINISTIC=1`` or ``session.deterministic``."""
-    return os.environ.get(DETERMINISTIC_ENV, "") not in ("", "0") or bool(params_value)
+def requested_determinism(explicit: bool, params_value: bool | None) -> bool:
+    """Whether deterministic mode is on: ``explicit`` (``--deterministic``) or ``session.deterministic``."""
+    return bool(explicit) or bool(params_value)
 
 
 def set_torch_threads(threads: int | None) -> None:

@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -233,7 +232,11 @@ def apply_cpanel(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[st
 
 
 def resolve_params(
-    name: str, cpanel_json: str | None = None, overrides: dict[str, Any] | None = None
+    name: str,
+    cpanel_json: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    device: str | None = None,
 ) -> ResolvedParams:
     """Load a parameter file, apply the cpanel overrides and generate the params tree.
 
@@ -241,6 +244,8 @@ def resolve_params(
         name: ``params.<name>``, ``<name>``, ``params/<name>.py`` or a path to a ``.py`` file anywhere.
         cpanel_json: the ``--cpanel`` JSON text, if any.
         overrides: cpanel overrides already parsed (applied after ``cpanel_json``).
+        device: the run's ``--device``, if any: it overrides ``session.device`` of the params tree,
+            which is then not checked.
     """
     module = load_params_module(name)
     requested = {**parse_cpanel(cpanel_json), **(overrides or {})}
@@ -249,24 +254,24 @@ def resolve_params(
     params = _generate(module, cpanel)
     file = getattr(module, "__file__", None)
     check_tree_sizes(module, cpanel, requested, params, _shown(file) if file else None)
-    _check_session_device(module.__name__, params)
+    _check_session_device(module.__name__, params, device)
     return ResolvedParams(module=module.__name__, cpanel=cpanel, params=params, file=file)
 
 
-def _check_session_device(module: str, params: dict[str, Any]) -> None:
-    """Check ``session.device`` of the params tree unless ``--device`` overrides it.
+def _check_session_device(module: str, params: dict[str, Any], device: str | None) -> None:
+    """Check ``session.device`` of the params tree (unless ``device``, ``--device``, overrides it).
 
     Raises:
         UsageError: the device is malformed or does not exist on this machine.
     """
-    from digideep.pipeline.devices import DEVICE_ENV, check_device
+    from digideep.pipeline.devices import check_device
 
     session = params.get("session")
-    device = session.get("device") if isinstance(session, dict) else None
-    if device is None or os.environ.get(DEVICE_ENV):
+    params_device = session.get("device") if isinstance(session, dict) else None
+    if params_device is None or device:
         return
     try:
-        check_device(device)
+        check_device(params_device)
     except UsageError as error:
         raise UsageError(f"session.device of '{module}': {error}") from None
 

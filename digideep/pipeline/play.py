@@ -25,8 +25,18 @@ __all__ = ["play"]
 log = logging.getLogger(__name__)
 
 
-def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = False) -> list[float]:
+def play(
+    checkpoint: str | Path,
+    *,
+    episodes: int | None = None,
+    video: bool = False,
+    device: str | None = None,
+    deterministic: bool = False,
+) -> list[float]:
     """Run the eval explorer of ``checkpoint`` for ``episodes`` episodes; return their returns.
+
+    ``device`` and ``deterministic`` are ``--device`` and ``--deterministic``
+    (:class:`~digideep.pipeline.session.Session`).
 
     Raises:
         UsageError: the checkpoint is missing, damaged or not inside a session folder, or a class it
@@ -50,7 +60,9 @@ def play(checkpoint: str | Path, *, episodes: int | None = None, video: bool = F
     params["explorer"] = {"eval": eval_params}
     # the run's own code imports from the folders it was recorded in, before anything opens
     use_code_folders(info.get(IMPORT_PATHS), params, f"session '{root}/{session_name}'")
-    session = Session(root=root, name=session_name, resume=True, lock=False)
+    session = Session(
+        root=root, name=session_name, resume=True, device=device, deterministic=deterministic, lock=False
+    )
     before = set(session.videos_path.glob("*.mp4"))
     runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
     try:

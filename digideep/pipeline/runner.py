@@ -114,7 +114,9 @@ class Runner(RunnerStateMixin):
         )  # seconds between CPU/GPU samples; 0: off
         device_settings = params.get("session", {})
         session.configure_device(device_settings.get("device"))  # before any agent picks its device
-        configure_determinism(requested_determinism(device_settings.get("deterministic")))
+        configure_determinism(
+            requested_determinism(session.deterministic, device_settings.get("deterministic"))
+        )
         seed_everything(self.seed)
 
         self.counters = Counters()

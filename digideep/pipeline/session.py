@@ -144,9 +144,11 @@ class Session:
         name: the session's name; generated from the time and ``params_name`` when None.
         params_name: the parameter module's name, used for generated names.
         resume: open an existing session instead of creating a new one.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; None takes ``session.device`` from
-            the params (:meth:`configure_device`), else auto. ``--device`` (``$DIGIDEEP_DEVICE``)
-            wins over both. See :mod:`digideep.pipeline.devices`.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``--device``); it wins over
+            ``session.device`` of the params (:meth:`configure_device`); None takes that, else auto.
+            See :mod:`digideep.pipeline.devices`.
+        deterministic: deterministic mode (``--deterministic``) whatever ``session.deterministic``
+            of the params says; the Runner turns it on (:func:`~digideep.pipeline.devices.configure_determinism`).
         lock: take the session's lock (a URL session's: its lease, and download its log and
             journal to go on with them). ``False`` opens an existing session for reading (playing
             a checkpoint while training goes on).
@@ -165,9 +167,12 @@ class Session:
         *,
         resume: bool = False,
         device: str | None = None,
+        deterministic: bool = False,
         lock: bool = True,
     ) -> None:
         self._device_arg = device
+        self.deterministic = deterministic
+        """``--deterministic``: deterministic mode on whatever the params say."""
         self.device_request: str = requested_device(device, None)  # checked before touching disk
         self.name = name or default_session_name(params_name)
         if not resume:
@@ -244,7 +249,7 @@ class Session:
         return default_device(self.device_request)
 
     def configure_device(self, params_device: str | None) -> None:
-        """Take ``session.device`` of the params tree unless ``--device`` or the constructor chose.
+        """Take ``session.device`` of the params tree unless the constructor's ``device`` chose.
 
         Raises:
             UsageError: the device does not exist on this machine.

@@ -57,6 +57,8 @@ def open_run(
     resume: bool = False,
     tags: dict[str, str] | None = None,
     description: str | None = None,
+    device: str | None = None,
+    deterministic: bool = False,
 ) -> RunHandle | None:
     """Create a new run, or resume an existing session from its newest complete checkpoint.
 
@@ -73,6 +75,10 @@ def open_run(
         tags: extra tracking tags (e.g. Prefect flow-run id and deployment).
         description: what the run is for (``--msg``): ``description`` in ``session.json`` and the
             MLflow run's note (``mlflow.note.content``). A resumed run keeps the one it started with.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for every agent (``--device``); wins over
+            ``session.device`` of the params; None takes that, else auto (:mod:`digideep.pipeline.devices`).
+        deterministic: deterministic mode (``--deterministic``), on also when ``session.deterministic``
+            of the params says so. A resumed run takes both afresh: give them again when resuming.
 
     A stop signal recorded before the session is opened ends the run there, with nothing written;
     one that comes later stops it at its first stage boundary, with a checkpoint
@@ -87,7 +93,9 @@ def open_run(
         if session_name is None:
             raise UsageError("resuming needs a session name (the folder under --session-path)")
         raise_if_stopped()
-        session = Session(root=root, name=session_name, resume=True)
+        session = Session(
+            root=root, name=session_name, resume=True, device=device, deterministic=deterministic
+        )
         run_log = RunLog(session.log_path)
         try:
             return _reopen(session, run_log, tags)
@@ -103,9 +111,17 @@ def open_run(
         resolved = params
     else:
         overrides = cpanel if isinstance(cpanel, dict) else None
-        resolved = resolve_params(params, None if isinstance(cpanel, dict) else cpanel, overrides)
+        resolved = resolve_params(
+            params, None if isinstance(cpanel, dict) else cpanel, overrides, device=device
+        )
     raise_if_stopped()
-    session = Session(root=root, name=session_name, params_name=resolved.module)
+    session = Session(
+        root=root,
+        name=session_name,
+        params_name=resolved.module,
+        device=device,
+        deterministic=deterministic,
+    )
     run_log = RunLog(session.log_path)
     set_torch_threads(resolved.params.get("session", {}).get("torch_threads"))
     runner = None

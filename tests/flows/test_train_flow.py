@@ -217,8 +217,10 @@ def test_one_task_per_iteration_gives_the_same_run_with_fewer_task_runs(stack, t
         session_name="grouped",
         session_path=str(tmp_path),
         tasks="iteration",
+        device="cpu",  # --device, handed to the flow as an argument
     )
     assert result["stopped"] == "finished" and result["iterations"] == 3
+    assert "on cpu: requested 'cpu'" in (tmp_path / "grouped" / "log.txt").read_text()
     run(train_command(tmp_path, "plain", "tests.flows.faulty", cpanel), run_env)
     grouped_states, grouped_memory = final_state(tmp_path, "grouped")
     plain_states, plain_memory = final_state(tmp_path, "plain")

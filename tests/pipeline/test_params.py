@@ -123,3 +123,10 @@ def test_a_size_the_file_sets_itself_is_named_by_its_params_path(params_project)
     )
     resolved = resolve_params("params.fixed_ok")  # None, 0 where 0 means never, an empty list: accepted
     assert resolved.params["explorer"]["train"]["n_steps"] == 8
+
+
+def test_a_device_argument_overrides_session_device_which_is_then_not_checked():
+    with pytest.raises(UsageError, match=r"session\.device of 'params\.pendulum_sac': device 'cuda:99'"):
+        resolve_params("params.pendulum_sac", '{"device": "cuda:99"}')
+    resolved = resolve_params("params.pendulum_sac", '{"device": "cuda:99"}', device="cpu")  # --device cpu
+    assert resolved.params["session"]["device"] == "cuda:99"  # the Session takes "cpu" over it

@@ -17,7 +17,12 @@ from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
-from digideep.pipeline.devices import DEVICE_ENV, auto_device, available_devices, configure_determinism
+from digideep.pipeline.devices import (
+    auto_device,
+    available_devices,
+    configure_determinism,
+    requested_determinism,
+)
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.session import Session
 from tests.helpers import CUDA
@@ -160,15 +165,26 @@ def test_a_device_that_does_not_exist_is_refused_before_anything_is_written(tmp_
         session.configure_device(device)  # session.device of the params tree
 
 
-def test_the_command_line_device_wins_over_the_params(tmp_path, monkeypatch):
-    monkeypatch.setenv(DEVICE_ENV, "cpu")
-    with Session(root=tmp_path, name="s") as session:
+def test_the_command_line_device_wins_over_the_params(tmp_path):
+    with Session(root=tmp_path, name="s", device="cpu") as session:  # --device cpu
         session.configure_device("cuda:99")  # overridden: not even checked
         assert session.device_request == "cpu"
-    monkeypatch.delenv(DEVICE_ENV)
     with Session(root=tmp_path, name="t") as session:
         session.configure_device("cpu")
         assert session.device_request == "cpu"
+    with Session(root=tmp_path, name="u") as session:
+        session.configure_device(None)
+        assert session.device_request == "auto"
+
+
+def test_deterministic_mode_is_the_command_line_flag_or_the_params(tmp_path):
+    with Session(root=tmp_path, name="s", deterministic=True) as session:
+        assert session.deterministic
+    with Session(root=tmp_path, name="t") as session:
+        assert not session.deterministic
+    assert requested_determinism(True, None) and requested_determinism(True, False)
+    assert requested_determinism(False, True)
+    assert not requested_determinism(False, None) and not requested_determinism(False, False)
 
 
 @pytest.fixture
