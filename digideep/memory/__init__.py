@@ -8,7 +8,7 @@ Contract (relied on by the Runner and the agents)
     contract: what a memory needs from where its rows live) plus a ring cursor
     (:class:`~digideep.memory.ring.RingCursor`, the pointers). ``capacity`` counts rows (steps)
     **per worker**; ``path`` is the Zarr group's place, a local folder or an fsspec URL (the Runner
-    passes ``session.memory_url(name)``), or ``None`` for RAM only. ``mode`` says where sampling
+    passes ``session.memory_location(name).url``), or ``None`` for RAM only. ``mode`` says where sampling
     reads: ``"ram"``, a numpy ring, with every chunk also written behind to Zarr when there is a
     path (:mod:`~digideep.memory.durable.write_through`); ``"disk"``, Zarr only.
 

@@ -35,7 +35,7 @@ class Memory:
 
     Args:
         path: the Zarr group's place, a local folder or an fsspec URL (``s3://bucket/.../train.zarr``;
-            the Runner passes ``session.memory_url(name)``); ``None`` keeps the memory in RAM only.
+            the Runner passes ``session.memory_location(name).url``); ``None`` keeps the memory in RAM only.
         num_workers: ``W``, the explorer's worker count; every chunk must have it.
         capacity: ``C``, rows per worker (so ``W * C`` rows in all); at least 2.
         mode: where sampling reads. ``"ram"`` (default): a numpy ring; with a ``path`` every chunk

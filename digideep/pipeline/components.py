@@ -83,7 +83,10 @@ def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("t
                     "name=, **args); give it one (see digideep.memory.Memory.from_params)"
                 )
             memories[name] = memory_class.from_params(
-                location=session.memory_url(name), num_workers=num_workers, name=name, **spec.get("args", {})
+                location=session.memory_location(name).url,
+                num_workers=num_workers,
+                name=name,
+                **spec.get("args", {}),
             )
             memory_types[name] = spec["type"]
 

@@ -221,7 +221,7 @@ class Session:
                 if not resume:
                     _remove_empty_tree(self.path)
                 raise
-        for folder in (self.checkpoints_path, self.videos_path, self.path / "memory"):
+        for folder in (self.path / "checkpoints", self.videos_path, self.path / "memory"):
             folder.mkdir(exist_ok=True)
 
     def _open_remote(self, resume: bool, lock: bool) -> None:
@@ -268,11 +268,6 @@ class Session:
         return self.location / "checkpoints"
 
     @property
-    def checkpoints_path(self) -> Path | str:
-        """The ``checkpoints/`` folder: a local Path, or its URL for a session on object storage."""
-        return self.checkpoints_location.path
-
-    @property
     def videos_path(self) -> Path:
         """Local folder of the videos (uploaded to a URL session when it closes)."""
         return self.path / "videos"
@@ -281,15 +276,10 @@ class Session:
     def log_path(self) -> Path:
         return self.path / "log.txt"
 
-    def memory_path(self, name: str) -> Path:
-        """Local folder of the Zarr group of memory ``name`` (the working folder's for a URL session)."""
-        return self.path / "memory" / f"{name}.zarr"
-
-    def memory_url(self, name: str) -> str:
-        """Where the Zarr group of memory ``name`` belongs: a local path, or a URL under the session's."""
-        if not self.remote:
-            return str(self.memory_path(name))
-        return (self.location / "memory" / f"{name}.zarr").url
+    def memory_location(self, name: str) -> Location:
+        """Where the Zarr group of memory ``name`` lives: ``<session>/memory/<name>.zarr``, on disk or
+        under the session's URL."""
+        return self.location / "memory" / f"{name}.zarr"
 
     # -- metadata ------------------------------------------------------------------------------
     def write_params(

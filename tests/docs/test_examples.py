@@ -64,7 +64,7 @@ def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
         runner.close()
         session.close()
     assert runner.counters.iteration == 4 and runner.counters.frames == 4 * 32 * 2
-    checkpoints = find_checkpoints(session.checkpoints_path)
+    checkpoints = find_checkpoints(session.checkpoints_location)
     assert [c.iteration for c in checkpoints] == [2, 4]
     _, middle = load_checkpoint(checkpoints[0].path)
     _, straight = load_checkpoint(checkpoints[-1].path)  # states.pt loads with weights_only=True
@@ -81,7 +81,7 @@ def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
     finally:
         resumed.close()
         session.close()
-    rewritten = find_checkpoints(session.checkpoints_path)[-1]
+    rewritten = find_checkpoints(session.checkpoints_location)[-1]
     assert rewritten.iteration == 4 and rewritten.states_file.stat().st_mtime_ns != written
     _, again = load_checkpoint(rewritten.path)
     assert_same_tensors(straight["agents"], again["agents"], "agents")

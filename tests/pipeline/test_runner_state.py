@@ -51,7 +51,7 @@ def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     assert monitor.window_values(TEST_RETURN) == []  # the process-wide Monitor carried nothing
 
     # make the first checkpoint look like one an older digideep wrote: no last_test_return
-    first = find_checkpoints(session.checkpoints_path)[0]
+    first = find_checkpoints(session.checkpoints_location)[0]
     stored = torch.load(first.states_file, weights_only=True)  # as written (encoded), counters plain
     old_counters = {k: v for k, v in stored["counters"].items() if k != "last_test_return"}
     assert set(old_counters) == {

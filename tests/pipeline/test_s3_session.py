@@ -59,7 +59,10 @@ def test_a_session_on_s3_keeps_every_file_in_the_bucket(s3, s3_bucket, in_tmp):
     root = f"s3://{s3_bucket}/sessions"
     session = Session(root=root, name="run", device="cpu")
     run_log = RunLog(session.log_path)  # as open_run attaches it
-    assert session.url == f"{root}/run" and session.memory_url("train") == f"{root}/run/memory/train.zarr"
+    assert (
+        session.url == f"{root}/run"
+        and session.memory_location("train").url == f"{root}/run/memory/train.zarr"
+    )
     session.write_params("params.demo", {"seed": 0}, sac_params())
     runner = Runner(session, sac_params(), modes=("train",))
     iterate(runner, 2)

@@ -35,8 +35,8 @@ def test_new_session_creates_its_layout_and_files(tmp_path):
     ):
         session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
         logging.getLogger("digideep.test").warning("hello log file")
-        assert session.checkpoints_path.is_dir() and session.videos_path.is_dir()
-        assert session.memory_path("train") == tmp_path / "s1" / "memory" / "train.zarr"
+        assert (session.path / "checkpoints").is_dir() and session.videos_path.is_dir()
+        assert session.memory_location("train").local == tmp_path / "s1" / "memory" / "train.zarr"
         assert json.loads((session.path / "params.json").read_text()) == {"runner": {"seed": 0}}
         assert session.info()["params_module"] == "params.demo"
         assert session.device_request == "auto"

@@ -63,7 +63,7 @@ def test_a_stop_mid_epoch_saves_the_partial_epoch_without_logging_it(tmp_path):
     assert runner.counters.last_log_frames == 4 * SMALL_SAC["n_steps"]
 
     session = Session(root=tmp_path, name="run", resume=True, device="cpu")
-    resumed = Runner.from_checkpoint(session, latest_checkpoint(session.checkpoints_path).path)
+    resumed = Runner.from_checkpoint(session, latest_checkpoint(session.checkpoints_location).path)
     try:  # the checkpoint kept the half epoch's sums: the resumed run logs the whole epoch
         assert resumed.monitor.summary() == partial
     finally:

@@ -219,7 +219,7 @@ def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp
             runner.close()
             session.close()
         session = Session(root=tmp_path / name, name="run", resume=True, device="cpu")
-        resumed = Runner.from_checkpoint(session, find_checkpoints(session.checkpoints_path)[-1].path)
+        resumed = Runner.from_checkpoint(session, find_checkpoints(session.checkpoints_location)[-1].path)
         try:
             assert resumed.counters.iteration == 2
             assert resumed.train() == "finished"
