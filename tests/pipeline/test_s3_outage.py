@@ -58,7 +58,10 @@ def start_and_cut(
     )
     deadline = time.monotonic() + 300
     while True:
-        assert process.poll() is None and time.monotonic() < deadline, "no checkpoint before the outage"
+        if process.poll() is not None:
+            _, stderr = process.communicate()
+            raise AssertionError(f"exit {process.returncode} before the first checkpoint: {stderr[-2000:]}")
+        assert time.monotonic() < deadline, "no checkpoint before the outage"
         listing = s3.list_objects_v2(Bucket=bucket, Prefix="sessions/")
         if any(item["Key"].endswith("/commit.json") for item in listing.get("Contents", [])):
             break
