@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +136,8 @@ class StoreOutage:
     resets every open connection (``ECONNRESET``) and closes the port (``ECONNREFUSED``),
     :meth:`start` listens on the same port again. :meth:`answer` makes the next requests get an
     S3 error answer instead (``503 SlowDown`` throttling, ``403 AccessDenied``), as a real store
-    sends them.
+    sends them; :meth:`lose_answers` lets requests land and resets their connections before the
+    answer comes back.
     """
 
     def __init__(self, upstream: S3Server) -> None:
@@ -148,6 +149,7 @@ class StoreOutage:
         self._open: set[socket.socket] = set()
         self._canned: tuple[int, str] | None = None
         self._canned_left = 0
+        self._lose_method, self._lose_left = b"", 0
         self._listener: socket.socket | None = None
         self.start()
 
@@ -193,6 +195,12 @@ class StoreOutage:
         with self._lock:
             self._canned, self._canned_left = (status, code), count
 
+    def lose_answers(self, count: int, method: str = "PUT") -> None:
+        """Let the next ``count`` ``method`` requests reach the server, then reset their connections
+        instead of passing the answers on: the write lands, and its client cannot know it did."""
+        with self._lock:
+            self._lose_method, self._lose_left = method.encode(), count
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -207,6 +215,16 @@ class StoreOutage:
             if canned is not None:
                 self._canned_left -= 1
                 self.answered += 1
+            method = self._lose_method if self._lose_left > 0 else None
+        lose = False
+        if method is not None and canned is None:
+            client.settimeout(5)
+            with contextlib.suppress(OSError):
+                lose = client.recv(16, socket.MSG_PEEK).startswith(method + b" ")
+            client.settimeout(None)
+            with self._lock:
+                lose = lose and self._lose_left > 0
+                self._lose_left -= lose
         if canned is not None:
             _answer_error(client, *canned)
             return
@@ -217,11 +235,57 @@ class StoreOutage:
             return
         with self._lock:
             self._open |= {client, server}
-        for source, target in ((client, server), (server, client)):
-            threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+        pair = _Pair(client, server, self._forget)
+        threading.Thread(target=pair.pump, args=(client, server), daemon=True).start()
+        threading.Thread(target=pair.pump, args=(server, client, lose), daemon=True).start()
+
+    def _forget(self, *sockets: socket.socket) -> None:
+        with self._lock:
+            self._open -= set(sockets)
 
     def close(self) -> None:
         self.stop()
+
+
+class _Pair:
+    """One proxied connection: a pump each way, both sockets closed once both pumps are done.
+
+    An orderly close on one side is passed on as one (``shutdown(SHUT_WR)``), so that the other
+    side still reads everything sent before it: moto closes each connection after its answer, and
+    resetting the client at that moment made it lose answers it had not read yet (a 412 to a
+    conditional write arrived as "Connection was closed", one run in ~15 on a loaded machine).
+    A connection that fails on one side is reset on the other, as a crashed peer leaves it.
+    """
+
+    def __init__(self, client: socket.socket, server: socket.socket, forget: Callable[..., None]) -> None:
+        self.sockets = (client, server)
+        self._forget = forget
+        self._left = 2
+        self._lock = threading.Lock()
+
+    def pump(self, source: socket.socket, target: socket.socket, drop: bool = False) -> None:
+        """Copy ``source`` to ``target`` until ``source`` ends; ``drop``: discard it and reset
+        ``target`` at the end (an answer lost on its way back)."""
+        failed = drop
+        try:
+            while data := source.recv(65536):
+                if not drop:
+                    target.sendall(data)
+        except OSError:
+            failed = True
+        if failed:
+            _reset(source)
+            _reset(target)
+        else:
+            with contextlib.suppress(OSError):
+                target.shutdown(socket.SHUT_WR)
+        with self._lock:
+            self._left -= 1
+            done = self._left == 0
+        if done:
+            self._forget(*self.sockets)
+            for sock in self.sockets:
+                sock.close()
 
 
 def _answer_error(client: socket.socket, status: int, code: str) -> None:
@@ -242,17 +306,6 @@ def _answer_error(client: socket.socket, status: int, code: str) -> None:
         client.sendall((head + body).encode())
         client.shutdown(socket.SHUT_WR)
     client.close()
-
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            target.sendall(data)
-    except OSError:
-        pass
-    finally:
-        _reset(source)
-        _reset(target)
 
 
 def _reset(sock: socket.socket) -> None:

@@ -355,8 +355,13 @@ def acquire_session_lease(
     owner = uuid.uuid4().hex
     extra = {key: value for key, value in info.items() if key != "flow_run_id"}
     flow_run_id = info.get("flow_run_id")
+    sent: tuple[float, Any] | None = None  # (sent_at, took_over) of the last write, whose answer may be lost
     for _ in range(_ATTEMPTS):
-        found = _wait_out_own_flow_run(store, flow_run_id, ttl, clock_skew)
+        found = _wait_out_own_flow_run(store, flow_run_id, ttl, clock_skew, owner)
+        if found is not None and sent is not None and found.record.get("owner") == owner:
+            # a write of ours landed, but its answer was lost (a reset connection) and the retry of
+            # that write then met our own record: it is ours, valid from when it was sent
+            return Lease(store, found.record, found.token, sent[0], heartbeat, sent[1])
         sent_at, now = time.monotonic(), time.time()
         record = {
             "owner": owner,
@@ -370,6 +375,7 @@ def acquire_session_lease(
             "expires": now + ttl,
             "process": this_process(),
         }
+        sent = (sent_at, None if found is None else found.record)
         try:
             if found is None:
                 token = store.create(_encode(record))
@@ -399,7 +405,7 @@ def acquire_session_lease(
     raise UsageError(f"the lease {store.url} changed under every attempt to take it; try again")
 
 
-def _wait_out_own_flow_run(store: Any, flow_run_id: Any, ttl: float, clock_skew: float) -> Any:
+def _wait_out_own_flow_run(store: Any, flow_run_id: Any, ttl: float, clock_skew: float, owner: str) -> Any:
     """Read the lease; when it is held for this very flow run, wait for it to expire first.
 
     A lease held under this process's own flow-run id belongs to an earlier attempt of the same
@@ -410,6 +416,8 @@ def _wait_out_own_flow_run(store: Any, flow_run_id: Any, ttl: float, clock_skew:
     """
     found = store.read()
     if found is None or not flow_run_id or found.record.get("flow_run_id") != str(flow_run_id):
+        return found
+    if found.record.get("owner") == owner:  # this very call's write landed: the caller adopts it
         return found
     if dead_here(found.record):  # taken over at once by the caller
         return found

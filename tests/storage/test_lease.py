@@ -371,3 +371,34 @@ def test_the_lease_store_leaves_retrying_to_storage_retry_and_never_draws_from_t
         assert read_record(s3_bucket, "sessions/jitter") is None  # taken, renewed and released all the same
     finally:
         outage.close()
+
+
+@pytest.mark.parametrize("flow_run_id", [None, "3f0c2a9e-flow-run"])
+def test_writes_that_landed_though_their_answers_were_lost_are_recognised_as_ours(
+    s3_server, s3_bucket, monkeypatch, flow_run_id
+):
+    """A connection reset after the store applied a conditional write: the retry gets 412. Taking,
+    renewing and releasing must each see that the record is their own, not another holder's (taking
+    it once refused the run as held by itself)."""
+    outage = StoreOutage(s3_server)
+    for key, value in outage.env.items():
+        monkeypatch.setenv(key, value)
+    prefix = f"sessions/lost-answers-{uuid.uuid4().hex[:6]}"
+    try:
+        outage.lose_answers(1, "PUT")  # the create lands; its answer does not come back
+        info = {"flow_run_id": flow_run_id}  # a flow run's own earlier record would be waited out
+        started = time.monotonic()
+        lease = acquire_session_lease(f"s3://{s3_bucket}/{prefix}", info, ttl=30.0, heartbeat=20.0)
+        assert time.monotonic() - started < 15  # taken at once, not after waiting for its own ttl
+        assert outage._lose_left == 0  # the answer was lost indeed
+        assert read_record(s3_bucket, prefix)["owner"] == lease.owner
+        outage.lose_answers(1, "PUT")  # a renewal lands; its answer does not come back
+        assert lease.renew() and not lease.lost.is_set()
+        expires = read_record(s3_bucket, prefix)["expires"]
+        assert lease.renew()  # and the next one still holds the right token
+        assert read_record(s3_bucket, prefix)["expires"] > expires
+        outage.lose_answers(1, "DELETE")
+        lease.release()
+        assert read_record(s3_bucket, prefix) is None
+    finally:
+        outage.close()
