@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 
 from digideep.errors import UsageError
 
-__all__ = ["UPDATE_MODES", "UpdateFunction", "check_update_mode", "compiler_missing"]
+__all__ = ["UPDATE_MODES", "UpdateFunction", "acting_only", "check_update_mode", "compiler_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,13 @@ def check_update_mode(mode: str, device: torch.device, agent: str) -> None:
             f"agent '{agent}': update_mode 'compile' needs a C++ compiler on the CPU (set $CXX, or "
             "install g++ or clang++); or use update_mode 'eager'"
         )
+
+
+def acting_only(args: dict[str, Any]) -> dict[str, Any]:
+    """An agent's constructor args for acting alone (``play``, an exported model): no update runs, so
+    the update mode it trained with is set to eager, which runs on every device; a session trained
+    with ``cudagraphs`` on a GPU then plays and exports on a CPU."""
+    return {**args, "update_mode": "eager"} if "update_mode" in args else dict(args)
 
 
 def compiler_missing() -> bool:

@@ -13,6 +13,7 @@ import logging
 import time
 from pathlib import Path
 
+from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
@@ -58,6 +59,8 @@ def play(
     )
     eval_params["render"] = video
     params["explorer"] = {"eval": eval_params}
+    for spec in params["agents"].values():  # acting only: a cudagraphs session plays on a CPU too
+        spec["args"] = acting_only(spec.get("args", {}))
     # the run's own code imports from the folders it was recorded in, before anything opens
     use_code_folders(info.get(IMPORT_PATHS), params, f"session '{root}/{session_name}'")
     session = Session(

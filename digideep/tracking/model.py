@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
 from digideep.storage.checkpoint import load_checkpoint, read_runner_info
 from digideep.storage.codec import decode
@@ -142,7 +143,7 @@ def build_policy(checkpoint: str | Path | Location) -> tuple[PolicyModule, Any]:
         session=_CpuSession(),
         observation_space=observation_space,
         action_space=action_spaces[name],
-        **spec.get("args", {}),
+        **acting_only(spec.get("args", {})),
     )
     agent.load_state_dict(states["agents"][name])
     if int(agent.hidden_size) > 1:

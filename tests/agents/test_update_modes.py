@@ -7,6 +7,7 @@ import torch
 
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
+from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
 from tests.agents.test_losses_train_as_written import ACTIONS, OBSERVATIONS, SESSION, agent, minibatch
 
@@ -28,6 +29,22 @@ def test_a_mode_that_cannot_run_is_refused_in_one_line(mode, message):
     with pytest.raises(UsageError, match=message) as error:
         agent(TD3, mode)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("cls", [SAC, TD3])
+def test_an_agent_trained_with_cuda_graphs_acts_on_the_cpu(cls):
+    """play and the exported model build the agent with acting_only(args): on an H100, logging the
+    model of a cudagraphs run failed with "update_mode 'cudagraphs' needs a CUDA device"."""
+    args = {"hidden_sizes": (16, 16), "update_mode": "cudagraphs"}
+    learner = cls("agent", SESSION, OBSERVATIONS, ACTIONS, **acting_only(args))
+    assert learner.update_mode == "eager" and args["update_mode"] == "cudagraphs"  # the params are kept
+    observations = torch.zeros(3, 5).numpy()
+    masks = torch.ones(3, 1).numpy()
+    actions = learner.action_generator(
+        observations, learner.initial_hidden_state(3), masks, deterministic=True
+    )
+    assert actions["actions"].shape == (3, 2)
+    assert acting_only({"lr": 1e-3}) == {"lr": 1e-3}  # an agent without the argument is left alone
 
 
 def test_compile_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch, tmp_path):
