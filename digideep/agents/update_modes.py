@@ -15,6 +15,7 @@ updates inside. :class:`UpdateFunction` runs that same function in one of these 
   Polyak) into a ``torch.cuda.CUDAGraph`` and every later call copies its inputs into the graph's
   static tensors and replays it: one launch per gradient step. The optimizers must be capturable
   (:func:`~digideep.agents.utils.make_adam` with ``capturable=True``). Opt-in: never chosen by ``auto``.
+  A step that cannot be captured (it reads a value to the host) stops the run in one line.
 - ``auto``: what measurement says is fastest on the device at hand, per agent (each agent's
   ``auto_update_mode`` states its rule and the figures behind it); the choice is logged with why.
 
@@ -127,7 +128,15 @@ class UpdateFunction:
             torch.cuda.current_stream().wait_stream(stream)
             return out
         log.info("%s: capturing a CUDA graph of the update (variant %s)", self.name, dict(variant) or "-")
-        graph = _Graph(self.fn, leaves, spec, variant)
+        try:
+            graph = _Graph(self.fn, leaves, spec, variant)
+        except RuntimeError as error:  # the eager warm-up ran: this is the capture's own failure
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UsageError(
+                f"{self.name}: the update could not be captured as a CUDA graph ({first}); an update that "
+                "reads a value to the host (.item(), a Python branch on a tensor) cannot be: remove it, or "
+                "use update_mode 'compile' or 'eager'"
+            ) from error
         self._graphs[key] = graph
         return graph.replay(leaves)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from digideep.agents import update_modes
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
-from digideep.agents.update_modes import acting_only
+from digideep.agents.update_modes import UpdateFunction, acting_only
 from digideep.errors import UsageError
 from tests.agents.test_losses_train_as_written import ACTIONS, OBSERVATIONS, SESSION, agent, minibatch
 
@@ -45,6 +46,24 @@ def test_an_agent_trained_with_cuda_graphs_acts_on_the_cpu(cls):
     )
     assert actions["actions"].shape == (3, 2)
     assert acting_only({"lr": 1e-3}) == {"lr": 1e-3}  # an agent without the argument is left alone
+
+
+def test_an_update_that_cannot_be_captured_is_refused_in_one_line_naming_the_cause(monkeypatch):
+    """Only the wrapping is tested here (no CUDA): a capture that fails, as one does on an update that
+    reads a value to the host, becomes one line naming the cause and the modes that run it."""
+
+    def capture_fails(*args, **kwargs):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore lines")
+
+    monkeypatch.setattr(update_modes, "_Graph", capture_fails)
+    monkeypatch.setattr(UpdateFunction, "WARMUP", 0)  # the eager warm-up needs a CUDA stream
+    update = UpdateFunction(lambda x: {"loss": x.sum()}, "cudagraphs", "agent 'agent'")
+    with pytest.raises(UsageError) as error:
+        update(torch.ones(2))
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("agent 'agent': the update could not be captured as a CUDA graph (CUDA error: ")
+    assert message.endswith("remove it, or use update_mode 'compile' or 'eager'")
 
 
 def test_compile_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch, tmp_path):
