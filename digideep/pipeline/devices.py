@@ -25,7 +25,8 @@ Without CUDA every agent gets the CPU. The log says which device each agent got 
 ``--device cuda`` for an on-policy agent with wide networks, where the GPU may win.
 
 Deterministic mode (``session.deterministic: true`` or ``--deterministic``, the ``deterministic``
-argument of the same functions: either one turns it on) makes a run on one GPU repeatable: :func:`configure_determinism`. Its cost in speed was not measured here (no GPU).
+argument of the same functions: either one turns it on) makes a run on one GPU repeatable:
+:func:`configure_determinism`. Its cost in speed has not been measured yet (docs/gpu.md).
 """
 
 from __future__ import annotations
