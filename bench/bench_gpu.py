@@ -3,7 +3,7 @@ minimal CUDA-graph SAC written here as the ceiling, all on the same device in th
 
     python bench/bench_gpu.py [--device cuda] [--grad-steps 1000] [--repeats 3] [--frames 20000]
         [--learning-starts 5000] [--update-mode cudagraphs] [--replay-device auto|host|device]
-        [--only updates|end-to-end] [--quick]
+        [--acting-device auto|host|device|both] [--only updates|end-to-end] [--quick]
     python bench/bench_gpu.py --device cpu --quick      # a CPU smoke run of the same code paths
 
 Goals (the issue): "SAC and TD3 >= 800 gradient steps/s at HalfCheetah sizes on one H100 (SB3 there:
@@ -40,7 +40,10 @@ What it measures:
   ``--update-mode`` (cudagraphs on CUDA, eager on the CPU) and ``replay_device`` ``--replay-device``
   (``auto``: on CUDA the device sampler, indices drawn on the GPU and rows gathered from the memory's
   device mirror, no host gather or copy per iteration; ``host`` for the numpy sampler and a
-  host-to-device copy of every iteration's minibatches), MLflow tracking to a temporary sqlite
+  host-to-device copy of every iteration's minibatches) and ``acting_device`` ``--acting-device``
+  (``auto`` and ``host``: the Explorer's actions from a copy of the policy on the CPU, refreshed after
+  each update; ``device``: from the policy on the GPU; ``both``: one run of each, interleaved in this
+  process, and the ratio host / device), MLflow tracking to a temporary sqlite
   store, for ``--frames`` frames (``--n-steps`` per iteration, ``learning_starts`` random frames
   first), in two epochs, each ending with a test stage (one deterministic episode; at the defaults
   10 % of the training frames, the shipped file's ratio) and a checkpoint (at the defaults every
@@ -375,6 +378,18 @@ def bench_updates(args: argparse.Namespace, device: torch.device) -> None:
 
 # -- end to end ----------------------------------------------------------------------------------
 def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
+    if args.acting_device != "both":
+        end_to_end(args, device, args.acting_device)
+        return
+    rates = {acting: end_to_end(args, device, acting) for acting in ("host", "device")}
+    print(
+        f"acting from a host copy / on the {device.type}: {rates['host'] / rates['device']:.2f}x "
+        f"({rates['host']:.1f} against {rates['device']:.1f} frames/s after learning starts)"
+    )
+
+
+def end_to_end(args: argparse.Namespace, device: torch.device, acting_device: str) -> float:
+    """One end-to-end run (module doc); prints its figures and returns its frames/s once learning runs."""
     iterations, epochs = args.frames // args.n_steps, 2
     if args.frames % (epochs * args.n_steps) or args.learning_starts >= args.frames:
         raise SystemExit(
@@ -395,6 +410,7 @@ def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
         "buffer_size": args.frames,
         "update_mode": mode,
         "replay_device": args.replay_device,
+        "acting_device": acting_device,
         "device": str(device),
         "torch_threads": args.threads,
     }
@@ -426,12 +442,13 @@ def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
         if reason != "finished":
             raise RuntimeError(f"the end-to-end run stopped early: {reason}")
         frames = runner.counters.frames
-        replay = runner.agents["agent"].replay_device
+        replay, acting = runner.agents["agent"].replay_device, runner.agents["agent"].acting_device
     window = marks["end"] - marks["learning"]
     rate = (frames - marks["frames"]) / window
     print(
         f"HalfCheetah-v5 SAC end to end ({frames} frames, learning_starts {args.learning_starts}, "
-        f"update_mode {mode}, replay on the {replay}, MLflow sqlite tracking, {epochs} tests and {epochs} checkpoints)"
+        f"update_mode {mode}, replay on the {replay}, acting on the {acting}, MLflow sqlite tracking, "
+        f"{epochs} tests and {epochs} checkpoints)"
     )
     print(
         f"  {rate:.1f} frames/s after learning starts ({frames - marks['frames']} frames in {window:.1f} s, "
@@ -448,6 +465,7 @@ def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
     if device.type == "cuda":
         verdict = "met" if rate >= GOAL_FRAMES else "not met"
         print(f"  goal >= {GOAL_FRAMES} frames/s on one H100: {verdict}")
+    return rate
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -487,6 +505,12 @@ def main() -> None:
         choices=["auto", "host", "device"],
         default="auto",
         help="the end-to-end run's replay_device (auto: the device sampler on CUDA, the host on the CPU)",
+    )
+    parser.add_argument(
+        "--acting-device",
+        choices=["auto", "host", "device", "both"],
+        default="auto",
+        help="the end-to-end run's acting_device (auto: a host copy of the policy); both: one run of each",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads, both sides (1)")
     parser.add_argument("--only", choices=["updates", "end-to-end"], help="run one part")

@@ -40,6 +40,7 @@ def off_policy_args(cpanel: dict) -> dict:
         # added later: parameter files of users' own, written before it, keep working
         "update_mode": cpanel.get("update_mode", "auto"),
         "replay_device": cpanel.get("replay_device", "auto"),
+        "acting_device": cpanel.get("acting_device", "auto"),
     }
 
 

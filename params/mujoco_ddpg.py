@@ -31,6 +31,7 @@ cpanel = {
     "test_episodes": 5,  # episodes per test
     "update_mode": "auto",  # how the update runs: auto (eager on the CPU, compile on CUDA), eager, compile, cudagraphs
     "replay_device": "auto",  # where minibatches are drawn: auto (the agent's device; host on the CPU), host, device
+    "acting_device": "auto",  # where actions are computed: auto (host), host (a CPU copy of the policy), device
     "torch_threads": 1,  # torch.set_num_threads
     "device": "auto",  # auto (per agent: off-policy on CUDA, small on-policy MLPs on the CPU), cpu, cuda, cuda:N
 }

@@ -141,6 +141,13 @@ class AgentBase:
         self.updates = 0  # gradient steps made
         self.iterations = 0  # update() calls that made gradient steps
 
+    @property
+    def act_device(self) -> torch.device:
+        """Where :meth:`_act` computes, and so where :meth:`_inputs` puts the Explorer's arrays: the
+        agent's device, unless a subclass acts from a copy of its policy elsewhere (the off-policy
+        agents on a GPU act from a copy on the host, :class:`~digideep.agents.off_policy.OffPolicyAgent`)."""
+        return self.device
+
     def _observation_adapter(self, observation_space: gym.Space) -> ObservationAdapter:
         """Subclass hook: the adapter of this agent's observations (MLP agents refuse images)."""
         return ObservationAdapter(observation_space)
@@ -179,17 +186,18 @@ class AgentBase:
         """Uniformly random actions (warm start), in the same format as :meth:`action_generator`."""
         num_workers = np.asarray(masks).shape[0]
         with torch.inference_mode():
-            actions = _uniform_actions(self.action_space, num_workers, self.device)
+            actions = _uniform_actions(self.action_space, num_workers, self.act_device)
             out = self._random_artifacts(*self._inputs(observations, hidden_state, masks), actions)
         return _to_numpy(out)
 
     def _inputs(
         self, observations: Observations, hidden_state: np.ndarray, masks: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The Explorer's numpy inputs as float32 tensors on the agent's device: ``(obs, hidden, masks)``."""
-        obs = self.obs.from_explorer(observations, self.device)
-        hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(self.device)
-        mask = torch.as_tensor(masks, dtype=torch.float32).to(self.device)
+        """The Explorer's numpy inputs as float32 tensors on :attr:`act_device`: ``(obs, hidden, masks)``."""
+        device = self.act_device
+        obs = self.obs.from_explorer(observations, device)
+        hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(device)
+        mask = torch.as_tensor(masks, dtype=torch.float32).to(device)
         return obs, hidden, mask
 
     def _act(

@@ -14,11 +14,20 @@ draws the indices there and gathers from the memory's device mirror, which the s
 equal to the ring, so nothing crosses from host to device per iteration but the stored rows.
 ``auto`` samples on the device when the agent's device is not the CPU; on the CPU the RAM ring is
 the mirror already, and the numpy sampler keeps the CPU runs' draws as they were.
+
+Where actions are computed (``acting_device``): the Explorer asks for one batch of ``W`` actions per
+step, a forward pass of a few small layers. On a GPU each such step is a dozen kernel launches and a
+copy back, all waited for: on one H100 exploring took 0.85 ms a frame, three times what the same
+Explorer took with the agent on a 2-core CPU (docs/gpu.md). With ``host`` the agent acts from a copy
+of its policy on the CPU (:attr:`OffPolicyAgent.acting_policy`), refreshed from the trained policy at
+the first action after an update or a load, so every action comes from the weights of the last
+update, as on the device. ``auto`` acts on the host; on the CPU both are the policy itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -27,15 +36,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from digideep.agents.base import AgentBase
+from digideep.agents.base import AgentBase, PolicyBase
+from digideep.agents.noise import NoiseBase
 from digideep.agents.update_modes import UpdateFunction
 from digideep.agents.utils import BoxScaler, MetricAccumulator, to_torch
 from digideep.errors import UsageError
 from digideep.memory import DeviceUniformTransitions, Sampler, UniformTransitions
 
-__all__ = ["REPLAY_DEVICES", "OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
+__all__ = ["ACTING_DEVICES", "REPLAY_DEVICES", "OffPolicyAgent", "Transitions", "bfloat16_speed_note"]
 
 REPLAY_DEVICES = ("auto", "host", "device")
+ACTING_DEVICES = ("auto", "host", "device")
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +101,22 @@ class OffPolicyAgent(AgentBase):
             device mirror; on the CPU that is the RAM ring itself) or ``auto`` (``device`` unless the
             agent runs on the CPU). The choice is :attr:`replay_device`, recorded as
             ``agents/<name>/resolved/replay_device``. The two draw different random streams.
+        acting_device: where the Explorer's and the tests' actions are computed: ``host`` (a copy of the
+            policy on the CPU, refreshed after each update; the CPU's random generator draws the
+            exploration noise), ``device`` (the policy on the agent's device) or ``auto`` (``host``).
+            On a CPU agent both are the policy itself. The choice is :attr:`acting_device`, recorded as
+            ``agents/<name>/resolved/acting_device``.
         **params: passed to :class:`AgentBase` (unknown names raise).
 
     Subclasses set ``policy_frequency`` (gradient steps per actor step), build their networks and
-    optimizers, and end their constructor with
+    optimizers into :attr:`policy` (whose ``generate_actions`` gives normalized actions, and whose
+    exploration noise, if any, is a :class:`~digideep.agents.noise.NoiseBase` made on :attr:`act_device`),
+    and end their constructor with
     ``self._update = self.update_function(self.gradient_step, self.requested_update_mode)``.
     """
 
     policy_frequency: int = 1
+    policy: PolicyBase
     _update: UpdateFunction
 
     def __init__(
@@ -118,14 +137,21 @@ class OffPolicyAgent(AgentBase):
         precision: str = "float32",
         update_mode: str = "auto",
         replay_device: str = "auto",
+        acting_device: str = "auto",
         **params: Any,
     ) -> None:
         super().__init__(name, session, observation_space, action_space, **params)
+        self.acting_device = resolve_acting_device(acting_device, name)
+        self._host_policy: PolicyBase | None = None  # acting_policy's copy, built at the first action
+        self._host_policy_stale = True
         self.requested_update_mode = update_mode
         _check_positive(batch_size=batch_size, updates_per_iteration=updates_per_iteration)
         if not 0.0 <= gamma <= 1.0 or not 0.0 < tau <= 1.0:
             raise ValueError(f"need 0 <= gamma <= 1 and 0 < tau <= 1, got gamma={gamma}, tau={tau}")
         self.scaler = BoxScaler(action_space, self.device)
+        self._acting_scaler = (
+            BoxScaler(action_space, self.act_device) if self._acts_from_copy else self.scaler
+        )
         self.gamma = float(gamma)
         self.tau = float(tau)
         self.batch_size = int(batch_size)
@@ -152,8 +178,55 @@ class OffPolicyAgent(AgentBase):
         return UniformTransitions(*sizes, keys=self.batch_keys(), seed=seed)
 
     def resolved_settings(self) -> dict[str, str]:
-        """The update mode and :attr:`replay_device` (``host`` or ``device``) as they were decided."""
-        return {**super().resolved_settings(), "replay_device": self.replay_device}
+        """The update mode, :attr:`replay_device` and :attr:`acting_device` (each ``host`` or
+        ``device``) as they were decided."""
+        return {
+            **super().resolved_settings(),
+            "replay_device": self.replay_device,
+            "acting_device": self.acting_device,
+        }
+
+    # -- acting ----------------------------------------------------------------------------------
+    @property
+    def _acts_from_copy(self) -> bool:
+        return self.acting_device == "host" and self.device.type != "cpu"
+
+    @property
+    def act_device(self) -> torch.device:
+        """The CPU with ``acting_device: host``, else the agent's device."""
+        return torch.device("cpu") if self.acting_device == "host" else self.device
+
+    @property
+    def acting_policy(self) -> PolicyBase:
+        """The policy that acts: :attr:`policy`, or (``acting_device: host`` on a GPU) its copy on the CPU.
+
+        The copy is made at the first action and refreshed from :attr:`policy` at the first action after
+        an :meth:`update` or a :meth:`load_state_dict`, one copy of the policy's state from the device
+        per iteration. A policy's noise process is shared with the copy, not copied (one state, the one
+        checkpointed). Code that changes :attr:`policy`'s weights outside :meth:`update` calls
+        :meth:`policy_changed`.
+        """
+        if not self._acts_from_copy:
+            return self.policy
+        # plain tensors, though the Explorer asks in inference mode: the copy outlives the request
+        with torch.inference_mode(False), torch.no_grad():
+            if self._host_policy is None:
+                self._host_policy = host_copy(self.policy)
+            elif self._host_policy_stale:
+                self._host_policy.load_state_dict(self.policy.state_dict())
+        self._host_policy_stale = False
+        return self._host_policy
+
+    def policy_changed(self) -> None:
+        """Make the next action read :attr:`policy`'s weights again (a no-op unless acting from a copy)."""
+        self._host_policy_stale = True
+
+    def _act(
+        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
+    ) -> dict[str, Any]:
+        out = self.acting_policy.generate_actions(obs, hidden, masks, deterministic)
+        out["actions"] = self._acting_scaler.to_env(out["actions"]).reshape(-1, *self.scaler.shape)
+        return out
 
     # -- keys ------------------------------------------------------------------------------------
     @property
@@ -190,6 +263,7 @@ class OffPolicyAgent(AgentBase):
         data = self.prepare(batches)
         metrics = self.learn(data)
         self.iterations += 1
+        self.policy_changed()
         return metrics
 
     def prepare(self, batches: Mapping[str, np.ndarray | torch.Tensor]) -> Transitions:
@@ -211,6 +285,10 @@ class OffPolicyAgent(AgentBase):
 
     def _stateful(self) -> dict[str, Any]:
         return {"sampler": self.sampler}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.policy_changed()
 
     def mixed_precision(self) -> contextlib.AbstractContextManager:
         """The autocast context of the update's forward passes (a no-op in float32)."""
@@ -312,6 +390,32 @@ def resolve_replay_device(replay_device: str, device: torch.device, agent: str) 
     if replay_device == "auto":
         return "host" if device.type == "cpu" else "device"
     return replay_device
+
+
+def resolve_acting_device(acting_device: str, agent: str) -> str:
+    """``host`` or ``device``: where an agent computes its actions (``auto``: ``host``, module doc).
+
+    Raises:
+        UsageError: an unknown value.
+    """
+    if acting_device not in ACTING_DEVICES:
+        raise UsageError(
+            f"agent '{agent}': acting_device {acting_device!r} is not one of {', '.join(ACTING_DEVICES)}; "
+            "fix the agent's args in the params file"
+        )
+    return "host" if acting_device == "auto" else acting_device
+
+
+def host_copy(policy: PolicyBase) -> PolicyBase:
+    """A copy of ``policy`` on the CPU for acting alone: no gradients, ``DataParallel`` unwrapped, and
+    its :class:`~digideep.agents.noise.NoiseBase` attributes shared with ``policy`` rather than copied."""
+    shared = {id(value): value for value in vars(policy).values() if isinstance(value, NoiseBase)}
+    clone = copy.deepcopy(policy, shared)
+    for module in list(clone.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.DataParallel):
+                setattr(module, name, child.module)
+    return clone.to("cpu").requires_grad_(False)
 
 
 def _check_positive(**values: int) -> None:

@@ -48,11 +48,11 @@ def shipped_params(name: str, **cpanel: Any) -> dict[str, Any]:
     return params
 
 
-def make_runner(root: Path, params: dict[str, Any]) -> Runner:
-    """A Runner in a fresh session under ``root`` (close it with :func:`close`), with the params'
-    ``torch_threads`` as ``digideep train`` runs it: the process's thread count changes what a seed
-    learns (torch's CPU kernels split their sums by thread)."""
-    session = Session(root=root, name="run", device="cpu")
+def make_runner(root: Path, params: dict[str, Any], device: str = "cpu") -> Runner:
+    """A Runner in a fresh session under ``root`` (close it with :func:`close`) whose agents run on
+    ``device``, with the params' ``torch_threads`` as ``digideep train`` runs it: the process's thread
+    count changes what a seed learns (torch's CPU kernels split their sums by thread)."""
+    session = Session(root=root, name="run", device=device)
     set_torch_threads(params.get("session", {}).get("torch_threads"))
     return Runner(session, params, modes=tuple(params["explorer"]))
 

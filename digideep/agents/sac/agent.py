@@ -126,14 +126,6 @@ class SAC(OffPolicyAgent):
             learn_alpha=self.autotune,
         )
 
-    # -- acting ----------------------------------------------------------------------------------
-    def _act(
-        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
-    ) -> dict[str, Any]:
-        out = self.policy.generate_actions(obs, hidden, masks, deterministic)
-        out["actions"] = self.scaler.to_env(out["actions"]).reshape(-1, *self.scaler.shape)
-        return out
-
     @property
     def alpha(self) -> float:
         """The current entropy temperature."""

@@ -106,20 +106,13 @@ class TD3(OffPolicyAgent):
 
     def build_policy(self) -> DeterministicPolicy:
         """The networks: actor, ``num_critics`` critics and target copies of both, with the exploration
-        noise. A hook for variants (return a :class:`~digideep.agents.td3.policy.DeterministicPolicy`
-        subclass); it runs in the constructor after the settings are stored."""
-        noise = make_noise(self.noise_type, self.scaler.dim, self.noise_std, self.device)
+        noise, made where the agent acts (:attr:`act_device`). A hook for variants (return a
+        :class:`~digideep.agents.td3.policy.DeterministicPolicy` subclass); it runs in the constructor
+        after the settings are stored."""
+        noise = make_noise(self.noise_type, self.scaler.dim, self.noise_std, self.act_device)
         return DeterministicPolicy(
             self.obs.dim, self.scaler.dim, self.hidden_sizes, self.num_critics, self.activation, noise
         )
-
-    # -- acting ----------------------------------------------------------------------------------
-    def _act(
-        self, obs: torch.Tensor, hidden: torch.Tensor, masks: torch.Tensor, deterministic: bool
-    ) -> dict[str, Any]:
-        out = self.policy.generate_actions(obs, hidden, masks, deterministic)
-        out["actions"] = self.scaler.to_env(out["actions"]).reshape(-1, *self.scaler.shape)
-        return out
 
     # -- learning --------------------------------------------------------------------------------
     def step_noise(self, data: Transitions) -> torch.Tensor | None:
