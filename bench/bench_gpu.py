@@ -2,8 +2,8 @@
 minimal CUDA-graph SAC written here as the ceiling, all on the same device in the same run.
 
     python bench/bench_gpu.py [--device cuda] [--grad-steps 1000] [--repeats 3] [--frames 20000]
-        [--learning-starts 5000] [--update-mode cudagraphs] [--replay-device auto|host|device]
-        [--acting-device auto|host|device|both] [--only updates|end-to-end] [--quick]
+        [--learning-starts 5000] [--update-mode cudagraphs] [--replay-device auto|host|device|both]
+        [--acting-device auto|host|device|both] [--deterministic] [--only updates|end-to-end] [--quick]
     python bench/bench_gpu.py --device cpu --quick      # a CPU smoke run of the same code paths
 
 Goals (the issue): "SAC and TD3 >= 800 gradient steps/s at HalfCheetah sizes on one H100 (SB3 there:
@@ -42,10 +42,12 @@ What it measures:
   device mirror, no host gather or copy per iteration; ``host`` for the numpy sampler and a
   host-to-device copy of every iteration's minibatches) and ``acting_device`` ``--acting-device``
   (``auto`` and ``host``: the Explorer's actions from a copy of the policy on the CPU, refreshed after
-  each update; ``device``: from the policy on the GPU; ``both``: one run of each, interleaved in this
-  process, and the ratio host / device), MLflow tracking to a temporary sqlite
-  store, for ``--frames`` frames (``--n-steps`` per iteration, ``learning_starts`` random frames
-  first), in two epochs, each ending with a test stage (one deterministic episode; at the defaults
+  each update; ``device``: from the policy on the GPU). ``both`` for either setting makes one run per
+  value, one after the other in this process, and prints the ratio of each pair that differs in that
+  setting alone. ``--deterministic`` runs the whole process in deterministic mode (it cannot be turned
+  off again in a process, so its cost is a ratio to another process's figures). MLflow tracking to a
+  temporary sqlite store, for ``--frames`` frames (``--n-steps`` per iteration, ``learning_starts``
+  random frames first), in two epochs, each ending with a test stage (one deterministic episode; at the defaults
   10 % of the training frames, the shipped file's ratio) and a checkpoint (at the defaults every
   10,000 frames, ten times as often as shipped).
   Printed: training frames per second from the end of the first learning iteration to the end of
@@ -68,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import logging
 import math
 import os
@@ -95,6 +98,7 @@ from digideep.agents.off_policy import Transitions  # noqa: E402
 from digideep.agents.sac import SAC  # noqa: E402
 from digideep.agents.td3 import TD3  # noqa: E402
 from digideep.agents.update_modes import compiler_missing  # noqa: E402
+from digideep.pipeline.devices import configure_determinism  # noqa: E402
 from digideep.pipeline.params import resolve_params  # noqa: E402
 from digideep.pipeline.training import open_run, run_training  # noqa: E402
 
@@ -378,17 +382,33 @@ def bench_updates(args: argparse.Namespace, device: torch.device) -> None:
 
 # -- end to end ----------------------------------------------------------------------------------
 def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
-    if args.acting_device != "both":
-        end_to_end(args, device, args.acting_device)
-        return
-    rates = {acting: end_to_end(args, device, acting) for acting in ("host", "device")}
-    print(
-        f"acting from a host copy / on the {device.type}: {rates['host'] / rates['device']:.2f}x "
-        f"({rates['host']:.1f} against {rates['device']:.1f} frames/s after learning starts)"
-    )
+    """One end-to-end run, or one per combination where ``--acting-device`` or ``--replay-device`` is
+    ``both``, interleaved in this process, with the ratio of each pair that differs in one setting."""
+    options = {
+        "acting_device": ["host", "device"] if args.acting_device == "both" else [args.acting_device],
+        "replay_device": ["host", "device"] if args.replay_device == "both" else [args.replay_device],
+    }
+    combinations = [
+        dict(zip(options, values, strict=True)) for values in itertools.product(*options.values())
+    ]
+    rates = [end_to_end(args, device, **settings) for settings in combinations]
+    for name, values in options.items():
+        if len(values) < 2:
+            continue
+        for settings, rate in zip(combinations, rates, strict=True):
+            if settings[name] != values[0]:
+                continue
+            other = rates[combinations.index({**settings, name: values[1]})]
+            rest = ", ".join(f"{k} {v}" for k, v in settings.items() if k != name) or "-"
+            print(
+                f"{name} {values[0]} / {values[1]} ({rest}): {rate / other:.2f}x "
+                f"({rate:.1f} against {other:.1f} frames/s after learning starts)"
+            )
 
 
-def end_to_end(args: argparse.Namespace, device: torch.device, acting_device: str) -> float:
+def end_to_end(
+    args: argparse.Namespace, device: torch.device, acting_device: str, replay_device: str
+) -> float:
     """One end-to-end run (module doc); prints its figures and returns its frames/s once learning runs."""
     iterations, epochs = args.frames // args.n_steps, 2
     if args.frames % (epochs * args.n_steps) or args.learning_starts >= args.frames:
@@ -409,7 +429,7 @@ def end_to_end(args: argparse.Namespace, device: torch.device, acting_device: st
         "test_win_size": 1,
         "buffer_size": args.frames,
         "update_mode": mode,
-        "replay_device": args.replay_device,
+        "replay_device": replay_device,
         "acting_device": acting_device,
         "device": str(device),
         "torch_threads": args.threads,
@@ -420,7 +440,12 @@ def end_to_end(args: argparse.Namespace, device: torch.device, acting_device: st
             "enabled": True,
             "args": {"tracking_uri": f"sqlite:///{Path(folder) / 'mlflow.db'}"},
         }
-        handle = open_run(resolved, session_name="bench-gpu", session_path=Path(folder) / "sessions")
+        handle = open_run(
+            resolved,
+            session_name="bench-gpu",
+            session_path=Path(folder) / "sessions",
+            deterministic=args.deterministic,
+        )
         runner = handle.runner
         seconds: dict[str, float] = {}
         marks: dict[str, float] = {}  # "learning": the end of the first learning iteration
@@ -502,15 +527,22 @@ def main() -> None:
     )
     parser.add_argument(
         "--replay-device",
-        choices=["auto", "host", "device"],
+        choices=["auto", "host", "device", "both"],
         default="auto",
-        help="the end-to-end run's replay_device (auto: the device sampler on CUDA, the host on the CPU)",
+        help="the end-to-end run's replay_device (auto: the device sampler on CUDA, the host on the CPU); "
+        "both: one run of each",
     )
     parser.add_argument(
         "--acting-device",
         choices=["auto", "host", "device", "both"],
         default="auto",
         help="the end-to-end run's acting_device (auto: a host copy of the policy); both: one run of each",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic mode (digideep train --deterministic) for the whole process: it cannot be "
+        "turned off again, so its cost is the ratio to another process's figures",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads, both sides (1)")
     parser.add_argument("--only", choices=["updates", "end-to-end"], help="run one part")
@@ -530,7 +562,8 @@ def main() -> None:
         device = torch.device("cuda", torch.cuda.current_device())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
-    print(header(device), flush=True)
+    configure_determinism(args.deterministic)  # before the first CUDA matrix product, for cuBLAS
+    print(header(device) + ("; deterministic mode" if args.deterministic else ""), flush=True)
     if args.only in (None, "updates"):
         bench_updates(args, device)
     if args.only in (None, "end-to-end"):
