@@ -1,7 +1,8 @@
 """Learning check: does a speed change still learn? digideep against Stable-Baselines3, one protocol.
 
     python bench/bench_learning.py --algo sac --env Hopper-v5 --frames 50000 --learning-starts 10000 \\
-        --seeds 0 1 --sides digideep sb3 [--eval-episodes 10] [--jobs 1] [--json results.json]
+        --seeds 0 1 --sides digideep sb3 [--eval-episodes 10] [--jobs 1] [--json results.json] \
+        [--device cuda --cpanel '{"update_mode": "cudagraphs"}']
 
 What it measures: the mean return of the final deterministic policy after ``--frames`` environment
 frames, for each (side, seed) cell, beside the wall-clock seconds the training took. Every change
@@ -15,7 +16,7 @@ The protocol, the same for both sides:
   ``--algo td3``) through the library as ``digideep train --no-prefect`` does (``open_run`` then
   ``run_training``: checkpoints, logs and the metrics journal included; MLflow tracking off), with
   the cpanel overrides ``model_name``, ``seed``, ``learning_starts``, ``device`` (``--device``, cpu
-  by default) and ``torch_threads``, and a schedule cut to exactly ``--frames`` frames: ``n_steps``
+  by default), ``torch_threads`` and those of ``--cpanel`` (a GPU run's update mode, say), and a schedule cut to exactly ``--frames`` frames: ``n_steps``
   frames per iteration (``--n-steps``, 1000 as shipped), one iteration per epoch, ``frames /
   n_steps`` epochs. Everything else is the file's own;
 - SB3 trains ``SAC("MlpPolicy", env, learning_starts=..., seed=seed, device="cpu")`` (``TD3``
@@ -108,6 +109,7 @@ def digideep_cell(args: argparse.Namespace, seed: int, folder: Path) -> dict[str
         "test_win_size": args.eval_episodes,
         "torch_threads": args.threads,
         "device": args.device,
+        **args.cpanel,  # --cpanel: e.g. the update mode or acting device of a GPU run
     }
     resolved = resolve_params(PARAMS[args.algo], overrides=overrides)
     resolved.params["tracking"] = {"enabled": False}
@@ -187,7 +189,7 @@ def launch(args: argparse.Namespace, side: str, seed: int, workdir: Path) -> dic
         *("--algo", args.algo, "--env", args.env, "--frames", str(args.frames)),
         *("--learning-starts", str(args.learning_starts), "--eval-episodes", str(args.eval_episodes)),
         *("--n-steps", str(args.n_steps), "--threads", str(args.threads), "--device", args.device),
-        *("--sb3-chunk", str(args.sb3_chunk)),
+        *("--sb3-chunk", str(args.sb3_chunk), "--cpanel", json.dumps(args.cpanel)),
         *("--cell", side, str(seed), "--cell-out", str(out)),
     ]
     environment = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(args.threads))}
@@ -270,7 +272,7 @@ def versions() -> dict[str, str]:
 # -- parity over several result files --------------------------------------------------------------
 SAME_SETTINGS = {
     "algo": None, "frames": None, "learning_starts": None, "eval_episodes": None, "n_steps": None,
-    "threads": None, "device": None, "sb3_chunk": 1,
+    "threads": None, "device": None, "sb3_chunk": 1, "cpanel": {},
 }  # fmt: skip
 """Settings every combined file must share (environments and seeds may differ), with the value a
 file written before the setting existed had."""
@@ -337,6 +339,17 @@ def _interval(interval: Any, digits: int = 1) -> str:
     return f"{interval.point:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
 
 
+def cpanel_json(text: str) -> dict[str, Any]:
+    """``--cpanel``'s value: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -371,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
         "gradient_steps = N: digideep's chunked schedule; default 1, SB3's own)",
     )
     parser.add_argument("--device", default="cpu", help="digideep's device: cpu, auto, cuda (SB3: cpu)")
+    parser.add_argument(
+        "--cpanel",
+        type=cpanel_json,
+        default={},
+        metavar="JSON",
+        help='more cpanel overrides for digideep\'s side, e.g. \'{"update_mode": "cudagraphs"}\' on a GPU',
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--workdir", metavar="DIR", help="keep each cell's session and log here (default: temporary)"
@@ -429,6 +449,7 @@ def main() -> None:
         f"{args.algo} on {args.env}: {args.frames} frames, learning_starts {args.learning_starts}, "
         f"{args.eval_episodes} deterministic episodes at the end; {args.threads} torch thread(s) a cell, "
         f"{args.jobs} cell(s) at a time; digideep {PARAMS[args.algo]} on {args.device}"
+        + (f" with {json.dumps(args.cpanel)}" if args.cpanel else "")
         + (f"; SB3 in chunks of {args.sb3_chunk} frames" if args.sb3_chunk > 1 else "")
     )
     print(header, file=sys.stderr, flush=True)

@@ -2,7 +2,7 @@
 # The checks that need a GPU, in parts that each fit a short session on a lent machine. Run it where
 # digideep and its dependencies import (a venv, or PYTHONPATH) and a CUDA device is visible:
 #
-#   bash bench/gpu_checks.sh OUT_DIR [PART ...]     # parts: tests updates end-to-end deterministic
+#   bash bench/gpu_checks.sh OUT_DIR [PART ...]   # parts: tests updates end-to-end deterministic learning
 #
 # Each part tees its output to OUT_DIR/<part>.log. Times measured on one H100 with 16 host cores:
 #   tests         the test files with CUDA cases, 12 workers (about 4-5 min; the bit-identical CUDA
@@ -13,13 +13,17 @@
 #                 sampled on the host and on the GPU: four runs and their ratios (about 3-4 min)
 #   deterministic the same end-to-end run in a deterministic process (--deterministic cannot be
 #                 turned off in a process): compare its frames/s with end-to-end's (about 1 min)
-# With no part named, all four run (longer than one 10-minute call: name parts to split them).
+#   learning      the learning check beside the speed: SAC on Hopper-v5, 50,000 frames, seeds 0 and 1
+#                 side by side, cudagraphs and actions from the host copy (not timed yet; guessed at
+#                 2-4 min). The slow test's bar is 800 on each seed; the CPU's eager run scored
+#                 2730.6 and 1098.4 (docs/measurements.md)
+# With no part named, all five run (longer than one 10-minute call: name parts to split them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: bash bench/gpu_checks.sh OUT_DIR [tests|updates|end-to-end|deterministic ...]}
+out=${1:?usage: bash bench/gpu_checks.sh OUT_DIR [tests|updates|end-to-end|deterministic|learning ...]}
 shift
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tests updates end-to-end deterministic)
+[ ${#parts[@]} -gt 0 ] || parts=(tests updates end-to-end deterministic learning)
 mkdir -p "$out"
 export MUJOCO_GL=${MUJOCO_GL:-egl} PREFECT_SERVER_ANALYTICS_ENABLED=false
 python=${PYTHON:-python3}
@@ -35,7 +39,10 @@ for part in "${parts[@]}"; do
         updates) command=("$python" bench/bench_gpu.py --only updates --grad-steps 500 --repeats 3) ;;
         end-to-end) command=("$python" "${e2e[@]}" --acting-device both --replay-device both) ;;
         deterministic) command=("$python" "${e2e[@]}" --deterministic) ;;
-        *) echo "gpu_checks.sh: unknown part '$part'; use tests, updates, end-to-end or deterministic" >&2
+        learning)
+            command=("$python" bench/bench_learning.py --device cuda --sides digideep --seeds 0 1 --jobs 2
+                --cpanel '{"update_mode": "cudagraphs"}' --json "$out/learning.json") ;;
+        *) echo "gpu_checks.sh: unknown part '$part'; use tests, updates, end-to-end, deterministic or learning" >&2
            exit 2 ;;
     esac
     echo "== $part: ${command[*]}" | tee "$out/$part.log"
