@@ -4,19 +4,22 @@
 #
 #   bash bench/gpu_checks.sh OUT_DIR [PART ...]   # parts: tests updates end-to-end deterministic learning
 #
-# Each part tees its output to OUT_DIR/<part>.log. Times measured on one H100 with 16 host cores:
-#   tests         the test files with CUDA cases, 12 workers (about 4-5 min; the bit-identical CUDA
-#                 kill-and-resume in tests/pipeline/test_resume.py is the longest)
+# Each part tees its output to OUT_DIR/<part>.log. Times on one H100 with 16 host cores, measured
+# where said, else estimated from those:
+#   tests         the test files with CUDA cases, 12 workers (more than 210 s: a run stopped there
+#                 before the bit-identical CUDA kill-and-resume of tests/pipeline/test_resume.py
+#                 finished; give it 5 min)
 #   updates       bench_gpu.py --only updates: SAC and TD3 gradient steps/s per update mode, SB3 and
-#                 the CUDA-graph ceiling beside them (about 130 s)
+#                 the CUDA-graph ceiling beside them (measured: about 130 s)
 #   end-to-end    HalfCheetah SAC through the Runner, acting on the host and on the GPU, replay
-#                 sampled on the host and on the GPU: four runs and their ratios (about 3-4 min)
+#                 sampled on the host and on the GPU: four runs and their ratios (one run measured:
+#                 about 45 s; four: 3-4 min)
 #   deterministic the same end-to-end run in a deterministic process (--deterministic cannot be
 #                 turned off in a process): compare its frames/s with end-to-end's (about 1 min)
 #   learning      the learning check beside the speed: SAC on Hopper-v5, 50,000 frames, seeds 0 and 1
-#                 side by side, cudagraphs and actions from the host copy (not timed yet; guessed at
-#                 2-4 min). The slow test's bar is 800 on each seed; the CPU's eager run scored
-#                 2730.6 and 1098.4 (docs/measurements.md)
+#                 side by side, cudagraphs and actions from the host copy (2-4 min). The slow test's
+#                 bar is 800 on each seed; the CPU's eager run scored 2730.6 and 1098.4
+#                 (docs/measurements.md)
 # With no part named, all five run (longer than one 10-minute call: name parts to split them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
