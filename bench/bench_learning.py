@@ -434,6 +434,14 @@ def main() -> None:
         )
     if args.jobs < 1 or args.threads < 1 or args.eval_episodes < 1 or args.sb3_chunk < 1:
         parser.error("--jobs, --threads, --eval-episodes and --sb3-chunk must be at least 1")
+    if "digideep" in args.sides:
+        from digideep.errors import UsageError
+        from digideep.pipeline.devices import check_device
+
+        try:  # here, once, rather than in every cell's log
+            check_device(args.device)
+        except UsageError as error:
+            parser.error(f"--device: {error}")
     if "sb3" in args.sides:
         try:
             import stable_baselines3  # noqa: F401
