@@ -383,7 +383,8 @@ def bench_updates(args: argparse.Namespace, device: torch.device) -> None:
 # -- end to end ----------------------------------------------------------------------------------
 def bench_end_to_end(args: argparse.Namespace, device: torch.device) -> None:
     """One end-to-end run, or one per combination where ``--acting-device`` or ``--replay-device`` is
-    ``both``, interleaved in this process, with the ratio of each pair that differs in one setting."""
+    ``both``, one after the other in this process, with the ratio of each pair that differs in one
+    setting alone."""
     options = {
         "acting_device": ["host", "device"] if args.acting_device == "both" else [args.acting_device],
         "replay_device": ["host", "device"] if args.replay_device == "both" else [args.replay_device],
