@@ -16,9 +16,10 @@ The protocol, the same for both sides:
   ``--algo td3``) through the library as ``digideep train --no-prefect`` does (``open_run`` then
   ``run_training``: checkpoints, logs and the metrics journal included; MLflow tracking off), with
   the cpanel overrides ``model_name``, ``seed``, ``learning_starts``, ``device`` (``--device``, cpu
-  by default), ``torch_threads`` and those of ``--cpanel`` (a GPU run's update mode, say), and a schedule cut to exactly ``--frames`` frames: ``n_steps``
-  frames per iteration (``--n-steps``, 1000 as shipped), one iteration per epoch, ``frames /
-  n_steps`` epochs. Everything else is the file's own;
+  by default), ``torch_threads`` and those of ``--cpanel`` (a GPU run's update mode, say), and a
+  schedule cut to exactly ``--frames`` frames: ``n_steps`` frames per iteration (``--n-steps``,
+  1000 as shipped), one iteration per epoch, ``frames / n_steps`` epochs. Everything else is the
+  file's own;
 - SB3 trains ``SAC("MlpPolicy", env, learning_starts=..., seed=seed, device="cpu")`` (``TD3``
   likewise) with SB3's defaults otherwise, ``learn(total_timesteps=frames)``; with ``--sb3-chunk
   N`` SB3 runs digideep's chunked schedule instead (``train_freq=N, gradient_steps=N``), to tell
