@@ -48,8 +48,8 @@ What it measures:
   off again in a process, so its cost is a ratio to another process's figures). MLflow tracking to a
   temporary sqlite store, for ``--frames`` frames (``--n-steps`` per iteration, ``learning_starts``
   random frames first), in two epochs, each ending with a test stage (one deterministic episode; at
-  the defaults 10 % of the training frames, the shipped file's ratio) and a checkpoint (at the defaults every
-  10,000 frames, ten times as often as shipped).
+  the defaults 10 % of the training frames, the shipped file's ratio) and a checkpoint (at the
+  defaults every 10,000 frames, ten times as often as shipped).
   Printed: training frames per second from the end of the first learning iteration to the end of
   the last stage (tests, logs and checkpoints included), the first learning iteration (it compiles
   or captures) apart, the seconds per stage in that window, and the whole run's rate.
