@@ -208,13 +208,14 @@ class OffPolicyAgent(AgentBase):
         """
         if not self._acts_from_copy:
             return self.policy
-        # plain tensors, though the Explorer asks in inference mode: the copy outlives the request
-        with torch.inference_mode(False), torch.no_grad():
-            if self._host_policy is None:
-                self._host_policy = host_copy(self.policy)
-            elif self._host_policy_stale:
-                self._host_policy.load_state_dict(self.policy.state_dict())
-        self._host_policy_stale = False
+        if self._host_policy is None or self._host_policy_stale:
+            # plain tensors, though the Explorer asks in inference mode: the copy outlives the request
+            with torch.inference_mode(False), torch.no_grad():
+                if self._host_policy is None:
+                    self._host_policy = host_copy(self.policy)
+                else:
+                    self._host_policy.load_state_dict(self.policy.state_dict())
+            self._host_policy_stale = False
         return self._host_policy
 
     def policy_changed(self) -> None:
@@ -382,11 +383,7 @@ def resolve_replay_device(replay_device: str, device: torch.device, agent: str) 
     Raises:
         UsageError: an unknown value.
     """
-    if replay_device not in REPLAY_DEVICES:
-        raise UsageError(
-            f"agent '{agent}': replay_device {replay_device!r} is not one of {', '.join(REPLAY_DEVICES)}; "
-            "fix the agent's args in the params file"
-        )
+    _check_choice(agent, "replay_device", replay_device, REPLAY_DEVICES)
     if replay_device == "auto":
         return "host" if device.type == "cpu" else "device"
     return replay_device
@@ -398,12 +395,16 @@ def resolve_acting_device(acting_device: str, agent: str) -> str:
     Raises:
         UsageError: an unknown value.
     """
-    if acting_device not in ACTING_DEVICES:
+    _check_choice(agent, "acting_device", acting_device, ACTING_DEVICES)
+    return "host" if acting_device == "auto" else acting_device
+
+
+def _check_choice(agent: str, name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
         raise UsageError(
-            f"agent '{agent}': acting_device {acting_device!r} is not one of {', '.join(ACTING_DEVICES)}; "
+            f"agent '{agent}': {name} {value!r} is not one of {', '.join(choices)}; "
             "fix the agent's args in the params file"
         )
-    return "host" if acting_device == "auto" else acting_device
 
 
 def host_copy(policy: PolicyBase) -> PolicyBase:

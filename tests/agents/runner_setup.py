@@ -11,6 +11,11 @@ from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 
 
+def path_of(cls: type) -> str:
+    """An agent class's import path as a params file names it: ``digideep.agents.sac.SAC``."""
+    return f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}"
+
+
 def small_params(
     agent_type: str,
     agent_args: dict[str, Any],

@@ -16,7 +16,7 @@ from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
-from tests.agents.runner_setup import close, iterate, make_runner, small_params
+from tests.agents.runner_setup import close, iterate, make_runner, path_of, small_params
 
 SMALL_OFF_POLICY = {
     "batch_size": 32,
@@ -39,10 +39,6 @@ CASES = {
         None,
     ),
 }
-
-
-def path_of(cls: type) -> str:
-    return f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}"
 
 
 def snapshot(agent: Any) -> dict[str, torch.Tensor]:

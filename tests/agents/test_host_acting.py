@@ -22,7 +22,7 @@ from digideep.agents.off_policy import OffPolicyAgent, host_copy
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
-from tests.agents.runner_setup import close, iterate, make_runner, small_params
+from tests.agents.runner_setup import close, iterate, make_runner, path_of, small_params
 
 ARGS = {"batch_size": 16, "updates_per_iteration": 4, "learning_starts": 16, "hidden_sizes": [16, 16]}
 AGENTS = {
@@ -34,9 +34,7 @@ AGENTS = {
 
 def params(cls: type, args: dict[str, Any]) -> dict[str, Any]:
     """Pendulum, 2 workers, 8 steps an iteration, a 64-row replay."""
-    return small_params(
-        f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}", args, "Pendulum-v1", 2, 8, 0, 64
-    )
+    return small_params(path_of(cls), args, "Pendulum-v1", 2, 8, 0, 64)
 
 
 def force_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
