@@ -94,11 +94,24 @@ class UpdateFunction:
     WARMUP = 3
     """Eager calls of a variant before ``cudagraphs`` captures it (allocator and optimizer state settle)."""
 
+    RECOMPILE_LIMIT = 512
+    """Dynamo's ``recompile_limit`` once a ``compile`` update exists (its default is 8). Each agent's
+    compiled update is one more cache entry of the same code, because dynamo guards on the identity of
+    the optimizer that the update passes to :func:`~digideep.agents.utils.adam_step` (one to three
+    entries per agent: SAC's ``minimize`` frames add theirs). Past the limit dynamo silently runs that
+    code uncompiled for the rest of the process: a tuning study or a test worker trained its later
+    agents eagerly, and a run resumed in a fresh process then computed other numbers."""
+
     def __init__(self, fn: Callable[..., Metrics], mode: str, name: str) -> None:
         if mode not in ("eager", "compile", "cudagraphs"):
             raise ValueError(f"UpdateFunction runs eager, compile or cudagraphs, not {mode!r}")
         self.fn, self.mode, self.name = fn, mode, name
-        self._compiled = torch.compile(fn, dynamic=False) if mode == "compile" else None
+        self._compiled = None
+        if mode == "compile":
+            config = torch._dynamo.config
+            config.recompile_limit = max(config.recompile_limit, self.RECOMPILE_LIMIT)
+            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, self.RECOMPILE_LIMIT)
+            self._compiled = torch.compile(fn, dynamic=False)
         self._graphs: dict[Any, _Graph] = {}
         self._calls: dict[Any, int] = {}
 

@@ -108,3 +108,14 @@ def test_a_recurrent_policy_trains_compiled_too(mode) -> None:
     expected, got = (update(learners[name], batch) for name in ("eager", mode))
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-2, abs=1e-3), key
+
+
+@pytest.mark.parametrize("mode", [COMPILE])
+def test_many_compiled_agents_in_one_process_all_run_compiled(chunk, mode) -> None:
+    """Every new agent adds a cache entry to the same compiled code (dynamo guards on the identity of the
+    optimizer the update passes to ``adam_step``); past dynamo's default limit of 8 the rest of a
+    process (a tuning study, a test worker) silently ran the update uncompiled, and a run resumed in a
+    fresh process then computed other numbers. Here hitting the limit raises instead of falling back."""
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for _ in range(12):
+            update(agent(mode), chunk)
