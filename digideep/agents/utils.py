@@ -216,10 +216,11 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     """``optimizer.step()`` with ``grads`` (from ``torch.autograd.grad``) instead of the ``.grad`` fields.
 
     It runs eagerly in every update mode (``torch.compiler.disable``): torch keeps its fused Adam
-    kernel out of compiled graphs anyway, and tracing the Python around it would guard on this
-    optimizer and its parameter objects, so that every new agent in a process would recompile its
-    update (and past ``torch._dynamo.config.recompile_limit``, 8, silently run it uncompiled). A CUDA
-    graph captures it like any other kernel.
+    kernel out of compiled graphs anyway, and tracing the Python around it would guard on the
+    optimizer's state and parameter objects. The optimizer passed in is still guarded by identity,
+    so each new agent in a process adds one cache entry to the compiled update;
+    :attr:`~digideep.agents.update_modes.UpdateFunction.RECOMPILE_LIMIT` keeps dynamo from falling
+    back to eager after its default 8. A CUDA graph captures the step like any other kernel.
 
     For an initialized ``torch.optim.Adam`` (fused or foreach, no AMSGrad) this calls the documented
     functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
