@@ -13,7 +13,12 @@ environment (digideep: its Runner's test stage; SB3: ``evaluate_policy``).
 
 digideep's chunked schedule differs from SB3's step-by-step one: it collects ``n_steps`` frames, then
 makes ``n_steps`` gradient steps (``--n-steps``, 1000 in the params file); SB3 alternates one frame and
-one step. The frame and gradient-step counts are the same.
+one step. The frame and gradient-step counts are the same, ``frames - learning_starts`` gradient steps on
+each side (the table prints both counts): SB3 learns once it has collected more than
+``learning_starts`` frames, digideep once its memory holds ``learning_starts`` transitions, a chunk
+earlier, so digideep's side is given ``learning_starts + 1`` (and ``--learning-starts`` must be a
+multiple of ``--n-steps``). Before that, digideep made a chunk more: 6,000 steps to SB3's 5,000 at
+6,000 frames and ``--learning-starts 1000``.
 
 Stable-Baselines3 is a bench extra (``pip install stable-baselines3``).
 """
@@ -47,18 +52,17 @@ except ImportError:  # the bench extra is not installed
     sb3 = None
 
 
-def digideep_run(args: argparse.Namespace, seed: int, root: Path) -> tuple[float, float]:
-    """``(seconds, mean deterministic return)`` of the shipped SAC params cut to ``args.frames``."""
-    n_steps = min(args.n_steps, args.frames)
-    iterations = max(1, args.frames // n_steps)
+def digideep_run(args: argparse.Namespace, seed: int, root: Path) -> tuple[float, float, int]:
+    """``(seconds, mean deterministic return, gradient steps)`` of the shipped SAC params cut to ``args.frames``."""
+    iterations = args.frames // args.n_steps  # a multiple (main checks)
     cpanel = {
         **mujoco_sac.cpanel,
         "model_name": args.env,
         "seed": seed,
-        "n_steps": n_steps,
+        "n_steps": args.n_steps,
         "number_epochs": iterations,
         "epoch_size": 1,
-        "learning_starts": args.learning_starts,
+        "learning_starts": args.learning_starts + 1,  # SB3's num_timesteps > learning_starts (docstring)
         "torch_threads": args.threads,
         "test_interval": iterations,
         "test_episodes": args.episodes,
@@ -78,14 +82,15 @@ def digideep_run(args: argparse.Namespace, seed: int, root: Path) -> tuple[float
         seconds = time.perf_counter() - start
         runner.test()  # untimed, as SB3's evaluation
         returns = runner.monitor.window_values("/explore/test/episode_return")
+        steps = runner.agents["agent"].updates
     finally:
         runner.close()
         session.close()
-    return seconds, float(np.mean(returns[-args.episodes :]))
+    return seconds, float(np.mean(returns[-args.episodes :])), steps
 
 
-def sb3_run(args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """``(seconds, mean deterministic return)`` of SB3's SAC with the same hyperparameters."""
+def sb3_run(args: argparse.Namespace, seed: int) -> tuple[float, float, int]:
+    """``(seconds, mean deterministic return, gradient steps)`` of SB3's SAC with the same hyperparameters."""
     model = sb3.SAC(
         "MlpPolicy",
         gym.make(args.env),
@@ -105,7 +110,7 @@ def sb3_run(args: argparse.Namespace, seed: int) -> tuple[float, float]:
     model.learn(total_timesteps=args.frames)
     seconds = time.perf_counter() - start
     mean, _ = evaluate_policy(model, gym.make(args.env), n_eval_episodes=args.episodes, deterministic=True)
-    return seconds, float(mean)
+    return seconds, float(mean), int(model._n_updates)
 
 
 def main() -> None:
@@ -122,6 +127,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.frames < 1 or args.learning_starts >= args.frames:
         parser.error(f"need 0 <= --learning-starts < --frames, got {args.learning_starts} and {args.frames}")
+    if args.frames % args.n_steps or args.learning_starts % args.n_steps:
+        parser.error(
+            f"--frames ({args.frames}) and --learning-starts ({args.learning_starts}) must be multiples of "
+            f"--n-steps ({args.n_steps}), so that both sides make the same frames and gradient steps"
+        )
     if sb3 is None:
         parser.error("stable-baselines3 is not installed: pip install stable-baselines3 (the bench extra)")
     torch.set_num_threads(args.threads)
@@ -131,15 +141,16 @@ def main() -> None:
         f"{args.frames} frames, learning_starts {args.learning_starts}"
     )
     print(
-        f"{'seed':>4} {'digideep s':>11} {'sb3 s':>9} {'speed-up':>9} {'digideep return':>16} {'sb3 return':>11}"
+        f"{'seed':>4} {'digideep s':>11} {'sb3 s':>9} {'speed-up':>9} {'digideep return':>16} {'sb3 return':>11} "
+        f"{'gradient steps (digideep, sb3)':>31}"
     )
     with tempfile.TemporaryDirectory() as folder:
         for seed in args.seeds:
-            ours, our_return = digideep_run(args, seed, Path(folder))
-            theirs, their_return = sb3_run(args, seed)
+            ours, our_return, our_steps = digideep_run(args, seed, Path(folder))
+            theirs, their_return, their_steps = sb3_run(args, seed)
             print(
                 f"{seed:>4} {ours:>11.1f} {theirs:>9.1f} {theirs / ours:>8.2f}x {our_return:>16.1f} "
-                f"{their_return:>11.1f}",
+                f"{their_return:>11.1f} {our_steps:>22,} {their_steps:>8,}",
                 flush=True,
             )
 
