@@ -84,7 +84,11 @@ class OffPolicyAgent(AgentBase):
         batch_size: transitions per gradient step.
         updates_per_iteration: gradient steps per ``update()`` call (per stored chunk); the params files
             set it to ``n_steps * num_workers * updates_per_step`` (SB3: ``gradient_steps`` per ``train_freq``).
-        learning_starts: transitions the memory must hold (all workers together) before learning starts.
+        learning_starts: transitions the memory must hold (all workers together) before learning starts:
+            the chunk that brings it there is followed by a full ``update()``, so a run makes one
+            chunk of gradient steps more than SB3, which learns once it has collected more than
+            ``learning_starts`` frames (``frames - learning_starts + n_steps`` against ``frames -
+            learning_starts`` when ``learning_starts`` is a multiple of the chunk).
         hidden_sizes: hidden widths of actor and critics.
         data_parallel: wrap networks in ``torch.nn.DataParallel`` when several GPUs are visible.
         seed: seed of the sampler's generator (which transitions are drawn).
