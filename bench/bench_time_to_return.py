@@ -17,8 +17,8 @@ one step. The frame and gradient-step counts are the same, ``frames - learning_s
 each side (the table prints both counts): SB3 learns once it has collected more than
 ``learning_starts`` frames, digideep once its memory holds ``learning_starts`` transitions, a chunk
 earlier, so digideep's side is given ``learning_starts + 1`` (and ``--learning-starts`` must be a
-multiple of ``--n-steps``). Before that, digideep made a chunk more: 6,000 steps to SB3's 5,000 at
-6,000 frames and ``--learning-starts 1000``.
+multiple of ``--n-steps``; it then acts randomly for one frame more than SB3). Before that, digideep
+made a chunk more: 6,000 steps to SB3's 5,000 at 6,000 frames and ``--learning-starts 1000``.
 
 Stable-Baselines3 is a bench extra (``pip install stable-baselines3``).
 """

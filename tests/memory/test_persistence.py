@@ -230,7 +230,8 @@ def whole_ring(memory: Memory) -> dict[str, np.ndarray]:
 def undo_chunks(path: Path) -> dict[Path, bytes]:
     """The chunk files of the undo area, by their path inside it (``observations/c/0/1/0``)."""
     area = path / "_undo"
-    return {f.relative_to(area): f.read_bytes() for f in area.rglob("*") if f.is_file() and "c" in f.parts}
+    files = (f for f in area.rglob("*") if f.is_file())
+    return {f.relative_to(area): f.read_bytes() for f in files if "c" in f.relative_to(area).parts}
 
 
 def holds_only_the_anchor(path: Path) -> bool:
