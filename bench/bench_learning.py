@@ -1,7 +1,7 @@
 """Learning check: does a speed change still learn? digideep against Stable-Baselines3, one protocol.
 
     python bench/bench_learning.py --algo sac --env Hopper-v5 --frames 50000 --learning-starts 10000 \\
-        --seeds 0 1 --sides digideep sb3 [--eval-episodes 10] [--jobs 1] [--json results.json] \
+        --seeds 0 1 --sides digideep sb3 [--eval-episodes 10] [--jobs 1] [--json results.json] \\
         [--device cuda --cpanel '{"update_mode": "cudagraphs"}']
 
 What it measures: the mean return of the final deterministic policy after ``--frames`` environment
