@@ -106,6 +106,13 @@ class StoppedBeforeStartError(Exception):
         self.exit_code = exit_code(reason)
 
 
+def _warn_aside(message: str, *args: object) -> None:
+    """Log a warning from a thread of its own. A signal handler runs in the main thread between two of
+    its bytecodes, which may lie inside a log handler's write: a line written from the handler
+    itself would re-enter that write (``RuntimeError: reentrant call``); another thread waits for it."""
+    threading.Thread(target=log.warning, args=(message, *args), name="digideep-signal-log").start()
+
+
 def _record(signum: int, frame: object) -> None:
     """The handler: record the signal and pass the first on to the running loop; a second SIGINT raises."""
     name = signal.Signals(signum).name
@@ -115,9 +122,9 @@ def _record(signum: int, frame: object) -> None:
     if len(_received) > 1:
         return
     if _listeners:
-        log.warning("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
+        _warn_aside("%s received: finishing the iteration and checkpointing (SIGINT again to quit now)", name)
     else:
-        log.warning("%s received: stopping at the first safe point (SIGINT again to quit now)", name)
+        _warn_aside("%s received: stopping at the first safe point (SIGINT again to quit now)", name)
     for request_stop in _listeners:
         request_stop(signal_reason(signum))
 
