@@ -88,10 +88,10 @@ from digideep_stack.stack import SERVER_BATCHING
 STAGES = ("explore", "store", "sample", "update", "test", "log", "checkpoint")
 ITERATION = ("explore", "store", "sample", "update")
 RUNS = {  # params module -> cpanel overrides (default, quick) and the drivers compared
-    "params.mujoco_sac": (
-        {"number_epochs": 1, "epoch_size": 5, "learning_starts": 1000},
-        {"number_epochs": 1, "epoch_size": 2, "learning_starts": 1000},
-        ("plain", "stage"),
+    "params.mujoco_sac": (  # one frame per iteration, as shipped: a task per stage would cost 4x the work
+        {"number_epochs": 1, "epoch_size": 4000, "learning_starts": 1000},
+        {"number_epochs": 1, "epoch_size": 2000, "learning_starts": 1000},
+        ("plain", "auto"),
     ),
     "params.mujoco_ppo": (
         {"number_epochs": 1, "epoch_size": 50},
@@ -110,7 +110,7 @@ class Record:
     end: float = 0.0
     outer: list[tuple[str, float]] = field(default_factory=list)  # (stage, seconds of the driver's call)
     inner: list[tuple[str, float]] = field(default_factory=list)  # (stage, seconds of the Runner method)
-    update_ends: list[float] = field(default_factory=list)
+    update_ends: list[tuple[float, int]] = field(default_factory=list)  # (time, iterations done)
     cpu_main: float = 0.0  # CPU seconds of this process's main thread (the training loop)
     cpu_other: float = 0.0  # of its other threads
     cpu_server: float = 0.0  # of child processes (the ephemeral Prefect server)
@@ -123,8 +123,11 @@ class Record:
         return self.end - self.start
 
     def iteration_times(self) -> list[float]:
-        """Seconds per iteration, the first one left out."""
-        return [b - a for a, b in itertools.pairwise(self.update_ends)]
+        """Seconds per iteration between consecutive ends of ``update`` or ``iterate`` stages, the first
+        third of the run left out (start-up, and an off-policy run's warm-up of random actions)."""
+        start = self.update_ends[-1][1] // 3
+        ends = [(t, i) for t, i in self.update_ends if i > start]
+        return [(b - a) / (j - i) for (a, i), (b, j) in itertools.pairwise(ends) for _ in range(j - i)]
 
     def in_thread_overhead(self) -> float:
         """Seconds the driver spent around the stages, in the loop's thread."""
@@ -169,7 +172,7 @@ def instrument_runner() -> None:
     def train(
         self: Runner,
         call: Callable[[str, Callable[[], Any]], Any] = call_directly,
-        per_iteration: bool = False,
+        group: Callable[[], int] | None = None,
     ) -> str:
         record = Record()
         RECORDS.append(record)
@@ -196,12 +199,12 @@ def instrument_runner() -> None:
                 record.outer.append((stage, now - start))
                 record.calls_with_work += len(record.inner) > bodies or stage not in ITERATION
                 if stage in ("update", "iterate"):
-                    record.update_ends.append(now)
+                    record.update_ends.append((now, self.counters.iteration))
 
         (main, other), server = _cpu_threads(), _cpu_children()
         record.start = time.perf_counter()
         try:
-            return original(self, timed_call, per_iteration)
+            return original(self, timed_call, group)
         finally:
             record.end = time.perf_counter()
             main_end, other_end = _cpu_threads()
@@ -424,6 +427,8 @@ def report(params: str, cpanel: dict[str, Any], runs: dict[str, list[Record]], i
     shipped = load_params_module(params).cpanel
     epoch = shipped["epoch_size"]
     default_tasks = 4 + (1 + 1 / shipped["test_interval"] + 1 / shipped["save_interval"]) / epoch
+    if "stage" not in headline:
+        return headline
     headline["stage"]["rate"] = default_tasks * 60 / headline["stage"]["iteration"]
     print(
         f"  a default run ({shipped['number_epochs']} epochs x {epoch} iterations) with a task per stage: "

@@ -1,7 +1,8 @@
-"""The ``train`` flow: every stage of every iteration is a Prefect task around one Runner method.
+"""The ``train`` flow: the stages of the Runner's schedule as Prefect tasks, each around one Runner method.
 
-The Runner lives in the flow's process; tasks receive the run's key and a label and return small
-values (frame counts, metric dicts, checkpoint paths). The iteration schedule is the Runner's own
+The Runner lives in the flow's process; tasks receive the run's key and a label, run the stage
+function the schedule gave for that key, and return small values (frame counts, metric dicts,
+checkpoint paths). The iteration schedule is the Runner's own
 (:meth:`digideep.pipeline.runner.Runner.schedule`), so the flow and ``Runner.train()`` cannot drift.
 
 A flow run owns one session: ``session_name`` when given, else a name derived from the flow run.
@@ -17,6 +18,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -26,7 +28,7 @@ from prefect.runtime import flow_run as flow_run_runtime
 from prefect.states import Cancelled, State
 
 from digideep.errors import UsageError
-from digideep.pipeline.runner import ITERATION_STAGES, Runner, StageCall
+from digideep.pipeline.runner import ITERATION_STAGES, IterationGroup, Runner, StageCall
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.pipeline.signals import (
     RunStoppedError,
@@ -41,18 +43,18 @@ from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from flows.granularity import TaskGranularity
 from flows.recovery import recover_killed_attempt
 
-_RUNNERS: dict[str, Runner] = {}
-"""Runners of the flow runs in this process, by flow-run id. Tasks look their runner up here."""
+_STAGES: dict[str, Callable[[], Any]] = {}
+"""The stage function each flow run's next task runs (the schedule's, e.g. ``iterate`` of 120 iterations)."""
 
 _BODY_SECONDS: dict[str, float] = {}
 """Seconds the last stage body of each flow run took, inside its task (for ``tasks="auto"``)."""
 
 
-def _run(key: str, stage: str) -> Any:
-    """Run ``stage`` of flow run ``key``'s Runner, timing the body."""
+def _run(key: str) -> Any:
+    """Run flow run ``key``'s pending stage function, timing the body."""
     start = time.perf_counter()
     try:
-        return getattr(_RUNNERS[key], stage)()
+        return _STAGES.pop(key)()
     finally:
         _BODY_SECONDS[key] = time.perf_counter() - start
 
@@ -68,49 +70,50 @@ _STAGE_TASK = {"cache_policy": NO_CACHE, "persist_result": False, "task_run_name
 @task(**_STAGE_TASK)
 def explore(key: str, label: str) -> int:
     """Collect one chunk with the train explorer; the frames it collected."""
-    return _run(key, "explore")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def store(key: str, label: str) -> int:
     """Keep the chunk in every memory."""
-    return _run(key, "store")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def sample(key: str, label: str) -> int:
     """Draw each agent's minibatches for this iteration."""
-    return _run(key, "sample")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def update(key: str, label: str) -> dict[str, float]:
     """Update each agent from its batches; the update's metrics."""
-    return _run(key, "update")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def iterate(key: str, label: str) -> dict[str, float]:
-    """A whole iteration (explore, store, sample, update) as one task, for short iterations."""
-    return _run(key, "iterate")
+    """Whole iterations (explore, store, sample, update) as one task, for short iterations; the last
+    update's metrics."""
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def test(key: str, label: str) -> float:
     """Run the test explorer; the mean test return."""
-    return _run(key, "test")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def log(key: str, label: str) -> dict[str, float]:
     """Report the epoch: console, session log, MLflow."""
-    return _run(key, "log")
+    return _run(key)
 
 
 @task(**_STAGE_TASK)
 def checkpoint(key: str, label: str) -> str:
     """Save a checkpoint of the whole run; its path."""
-    return _run(key, "checkpoint")
+    return _run(key)
 
 
 STAGE_TASKS = {t.name: t for t in (explore, store, sample, update, iterate, test, log, checkpoint)}
@@ -150,12 +153,14 @@ def stage_timeouts(runner_params: dict[str, Any]) -> dict[str, float | None]:
 
 def dispatch(
     key: str, runner: Runner, stage_tasks: dict[str, Any], tasks: str, timeouts: dict[str, float | None]
-) -> StageCall:
-    """The driver's call for each stage: its task, or with ``tasks="auto"`` once iterations prove short,
-    explore, store and sample held back and run with the update in one ``iterate`` task.
+) -> tuple[StageCall, IterationGroup | None]:
+    """The driver's call for each stage (its task) and the schedule's iteration grouping.
 
-    ``auto`` keeps a task per stage when ``runner.stage_timeouts`` times some iteration stages but
-    gives ``iterate`` no timeout: grouping them would drop those timeouts.
+    ``tasks="stage"``: no grouping; ``"iteration"``: one iteration per ``iterate`` task; ``"auto"``:
+    :class:`~flows.granularity.TaskGranularity` chooses from the measured timing. ``auto`` keeps a
+    task per stage when ``runner.stage_timeouts`` times some iteration stages but gives ``iterate`` no
+    timeout (grouping them would drop those timeouts), and one iteration per task when ``iterate``
+    has a timeout (it times one iteration).
     """
     groupable = timeouts["iterate"] is not None or all(timeouts[s] is None for s in ITERATION_STAGES)
     if tasks == "auto" and not groupable:
@@ -163,20 +168,21 @@ def dispatch(
             "tasks=auto: a task per stage, as runner.stage_timeouts times some iteration stages but not "
             "'iterate' (give 'iterate' a timeout to let short iterations run as one task)"
         )
-    chooser = TaskGranularity() if tasks == "auto" and groupable else None
+    chooser = None
+    if tasks == "auto" and groupable:
+        chooser = TaskGranularity(most=1 if timeouts["iterate"] is not None else None)
+    group: IterationGroup | None = {"stage": None, "iteration": lambda: 1}.get(tasks, chooser)
 
-    def call(stage: str, _: Any) -> Any:
-        if chooser is not None and chooser.per_iteration and stage in ITERATION_STAGES:
-            if stage != "update":
-                return None  # runs in the update's iterate task, in the same order
-            return stage_tasks["iterate"](key, runner.stage_label("iterate"))
-        start = time.perf_counter()
+    def call(stage: str, function: Callable[[], Any]) -> Any:
+        start, before = time.perf_counter(), runner.counters.iteration
+        _STAGES[key] = function
         result = stage_tasks[stage](key, runner.stage_label(stage))
         if chooser is not None:
-            chooser.observe(stage, time.perf_counter() - start, _BODY_SECONDS.pop(key, 0.0))
+            inner = _BODY_SECONDS.pop(key, 0.0)
+            chooser.observe(stage, time.perf_counter() - start, inner, runner.counters.iteration - before)
         return result
 
-    return call
+    return call, group
 
 
 def session_name_for(
@@ -221,9 +227,11 @@ def train(
             ``"iteration"``: one task per iteration, four times fewer task runs, for short
             iterations where orchestration would cost more than a few percent
             (``bench/bench_orchestration.py``); ``"auto"`` (the default): a task per stage for
-            the first iterations, then whichever of the two keeps orchestration within 3 % of the
-            measured iteration time (:class:`~flows.granularity.TaskGranularity`), logged
-            once. The stages run the same code either way: the choice never changes the results.
+            the first iterations, then a task per stage if that keeps orchestration within 3 % of
+            the measured iteration time, else tasks of as many whole iterations as keep it there
+            (one-frame iterations of the reference schedule: hundreds), following the iterations'
+            length as it changes (:class:`~flows.granularity.TaskGranularity`; logged). The stages
+            run the same code either way: the choice never changes the results.
         description: the run's description (MLflow's note and ``description`` in session.json);
             a resumed run keeps the one it started with.
         trial: set by the tune flow (``flows/tune.py``): the Optuna trial this run is, which gets
@@ -312,7 +320,7 @@ def _train(
         return {"session": name, "stopped": "already finished"}
     handle.session.update_info(prefect_flow_run_id=str(run_id or ""))
     key = str(run_id or handle.session.url)
-    _RUNNERS[key] = runner = handle.runner
+    runner = handle.runner
     runner.trial = reporter
     if handle.resumed_from:
         logger.info("resuming from %s", handle.resumed_from)
@@ -326,11 +334,10 @@ def _train(
             stage: stage_task.with_options(timeout_seconds=timeouts[stage])
             for stage, stage_task in STAGE_TASKS.items()
         }
-        reason = run_training(
-            handle, dispatch(key, runner, stage_tasks, tasks, timeouts), per_iteration=tasks == "iteration"
-        )
+        call, group = dispatch(key, runner, stage_tasks, tasks, timeouts)
+        reason = run_training(handle, call, group)
     finally:
-        _RUNNERS.pop(key, None)
+        _STAGES.pop(key, None)
         _BODY_SECONDS.pop(key, None)
     if exit_code(reason):  # a signal: Cancelled, so that neither a scheduler nor the UI takes it for done
         stopped = RunStoppedError(reason, runner.counters.iteration, handle.session.name, session_path)

@@ -147,7 +147,10 @@ class MetricAccumulator:
             return {}
         names = list(self._values)
         device = self._values[names[0]][0].device
-        means = torch.stack([torch.stack(self._values[n]).float().mean().to(device) for n in names])
+        if all(len(self._values[n]) == 1 for n in names):  # one step (the reference schedule): its values
+            means = torch.stack([self._values[n][0].float().to(device) for n in names])
+        else:
+            means = torch.stack([torch.stack(self._values[n]).float().mean().to(device) for n in names])
         return dict(zip(names, means.tolist(), strict=True))
 
 

@@ -49,13 +49,15 @@ from digideep.utility.monitoring import Monitor, monitor
 from digideep.utility.profiling import KeepTime, profiler
 from digideep.utility.stats import StatsSampler
 
-__all__ = ["ITERATION_STAGES", "Runner", "StageCall", "resume_checkpoint"]
+__all__ = ["ITERATION_STAGES", "IterationGroup", "Runner", "StageCall", "resume_checkpoint"]
 
 log = logging.getLogger(__name__)
 
 ITERATION_STAGES = ("explore", "store", "sample", "update")
 StageCall = Callable[[str, Callable[[], Any]], Any]
 """``call(stage_name, stage_function) -> result``: how a driver runs one stage."""
+IterationGroup = Callable[[], int]
+"""``group() -> n``: how many iterations the next stage runs (0: the iteration's four stages)."""
 
 
 def call_directly(stage: str, function: Callable[[], Any]) -> Any:
@@ -275,24 +277,36 @@ class Runner(RunnerStateMixin):
         """Finish the current iteration, checkpoint and stop (what SIGINT/SIGTERM do)."""
         self._stop_reason = reason
 
-    def iterate(self) -> dict[str, float]:
-        """A whole iteration as one stage (explore, store, sample, update); returns the update's metrics."""
+    def iterate(self, iterations: int = 1) -> dict[str, float]:
+        """Whole iterations (explore, store, sample, update) as one stage: up to ``iterations`` of them,
+        fewer when an epoch ends or training should stop first. Returns the last update's metrics."""
+        metrics = self._iteration()
+        for _ in range(iterations - 1):
+            if self.counters.iteration % self.epoch_size == 0 or self.stop_reason() is not None:
+                break
+            self.session.ensure_held()
+            metrics = self._iteration()
+        return metrics
+
+    def _iteration(self) -> dict[str, float]:
         self.explore()
         self.store()
         self.sample()
         return self.update()
 
-    def schedule(self, per_iteration: bool = False) -> Iterator[tuple[str, Callable[[], Any]]]:
+    def schedule(self, group: IterationGroup | None = None) -> Iterator[tuple[str, Callable[[], Any]]]:
         """The stages to run, in order, until training stops. Both drivers walk this.
 
         Args:
-            per_iteration: yield each iteration as one ``iterate`` stage instead of its four stages
-                (fewer, coarser Prefect tasks when iterations are short).
+            group: asked before each iteration how many iterations the next stage runs: 0 (or no
+                ``group``) yields the iteration's four stages, ``n >= 1`` one ``iterate`` stage of up
+                to ``n`` iterations (fewer, coarser Prefect tasks when iterations are short).
         """
         while self.stop_reason() is None:
             self.session.ensure_held()  # a URL session whose lease was lost stops here, writing nothing
-            if per_iteration:
-                yield "iterate", self.iterate
+            iterations = group() if group is not None else 0
+            if iterations:
+                yield "iterate", functools.partial(self.iterate, iterations)
             else:
                 for stage in ITERATION_STAGES:
                     yield stage, getattr(self, stage)
@@ -311,18 +325,18 @@ class Runner(RunnerStateMixin):
         if self.counters.last_checkpoint != self.counters.iteration:
             yield "checkpoint", self.checkpoint
 
-    def train(self, call: StageCall = call_directly, per_iteration: bool = False) -> str:
+    def train(self, call: StageCall = call_directly, group: IterationGroup | None = None) -> str:
         """Train until finished, a limit or a signal; return why it stopped.
 
         A first SIGINT or SIGTERM finishes the iteration, checkpoints and returns; a second SIGINT
-        interrupts at once. ``per_iteration`` is passed to :meth:`schedule`.
+        interrupts at once. ``group`` is passed to :meth:`schedule`.
         """
         self._wall_start = time.perf_counter()
         with (
             StopOnSignals(self.request_stop),
             StatsSampler(self.stats_interval, self.monitor) if self.stats_interval else nullcontext(),
         ):
-            for stage, function in self.schedule(per_iteration):
+            for stage, function in self.schedule(group):
                 call(stage, function)
         reason = self.stop_reason() or "finished"
         self._account_wall_time()

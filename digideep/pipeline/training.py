@@ -20,7 +20,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.run_logging import RunLog
-from digideep.pipeline.runner import Runner, StageCall, call_directly
+from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
 from digideep.pipeline.session import DEFAULT_ROOT, Session
 from digideep.pipeline.signals import raise_if_stopped
 from digideep.pipeline.upload_cache import UploadCache
@@ -294,15 +294,16 @@ def running(handle: RunHandle) -> Iterator[RunHandle]:
 
 
 def run_training(
-    handle: RunHandle | None, call: StageCall = call_directly, per_iteration: bool = False
+    handle: RunHandle | None, call: StageCall = call_directly, group: IterationGroup | None = None
 ) -> str:
     """Train an opened run to its end and close it; return why it stopped.
 
     A run that finished logs its final and best checkpoints' policies through its tracker (MLflow
     models through the tracker's ``log_models``); the Runner itself knows nothing of tracking.
 
-    On a terminal a progress bar shows the run after every iteration (see
-    :class:`~digideep.utility.progress.ProgressBar`); elsewhere the per-epoch log lines do.
+    On a terminal a progress bar shows the run after each epoch and between them at most every
+    :data:`~digideep.utility.progress.REFRESH_SECONDS` (see :class:`~digideep.utility.progress.ProgressBar`);
+    elsewhere the per-epoch log lines do. ``group`` is passed to :meth:`Runner.train`.
     """
     if handle is None:
         return "already finished"
@@ -312,13 +313,14 @@ def run_training(
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
-            if stage in ("update", "iterate"):
+            at_epoch_end = runner.counters.iteration % runner.epoch_size == 0  # (shown whole, always)
+            if stage in ("update", "iterate") and (bar.due() or at_epoch_end):
                 bar.update(runner.counters.iteration, **runner.status_fields())
             elif stage == "test" and not math.isnan(result):
                 bar.update(runner.counters.iteration, test=result)
             return result
 
-        reason = runner.train(call_and_show if bar.enabled else call, per_iteration)
+        reason = runner.train(call_and_show if bar.enabled else call, group)
         if reason == "finished" and handle.tracker is not None:  # before the tracker finishes the run
             register_as = runner.params.get("tracking", {}).get("register_model")
             handle.tracker.log_models(runner.trained_checkpoints(), register_as)

@@ -10,14 +10,16 @@ stderr is a file or a pipe (CI, ``nohup``, a Prefect worker) the handler is a pl
 from __future__ import annotations
 
 import logging
+import math
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-__all__ = ["CONSOLE", "ProgressBar", "StderrHandler", "console_handler"]
+__all__ = ["CONSOLE", "REFRESH_SECONDS", "ProgressBar", "StderrHandler", "console_handler"]
 
 CONSOLE = Console(stderr=True)
 PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
@@ -53,6 +55,10 @@ class StderrHandler(logging.StreamHandler):
         """Ignored: the stream is always the current ``sys.stderr``."""
 
 
+REFRESH_SECONDS = 0.1
+"""The shortest interval between two refreshes the Runner asks of the bar (:meth:`ProgressBar.due`)."""
+
+
 class ProgressBar:
     """Iterations done, frames, train and test return, frames per second and time remaining.
 
@@ -79,12 +85,19 @@ class ProgressBar:
             "train", total=total, completed=completed, epoch="", frames=0, train="-", test="-", fps=0.0
         )
         self._restore: list[tuple[logging.StreamHandler, Any]] = []
+        self._shown = -math.inf
+
+    def due(self) -> bool:
+        """Whether :data:`REFRESH_SECONDS` passed since the last :meth:`update` (iterations of one
+        frame come faster than a terminal shows them; what the fields cost is then spent less often)."""
+        return self.enabled and time.monotonic() - self._shown >= REFRESH_SECONDS
 
     def update(self, completed: int, **fields: Any) -> None:
         """Show ``completed`` iterations and any of the fields ``epoch`` ("3/20"), ``frames``,
         ``fps``, ``train`` and ``test`` (returns); a field not given keeps the value shown before.
         """
         if self.enabled:
+            self._shown = time.monotonic()
             for mode in ("train", "test"):
                 if isinstance(fields.get(mode), float | int):
                     fields[mode] = f"{fields[mode]:.1f}"

@@ -1,8 +1,8 @@
 """``tasks="auto"``: the train flow picks its task granularity from measured iteration time.
 
 Under a real Prefect server, a run whose iterations are short starts with a task per stage, switches
-to a task per iteration once it has measured them, says so once in its log, and trains exactly what
-the plain loop trains. Long iterations keep a task per stage (decided from the same figures).
+to tasks of several iterations once it has measured them, says so in its log, and trains exactly
+what the plain loop trains. Long iterations keep a task per stage (decided from the same figures).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SHORT = {"number_epochs": 2, "epoch_size": 3, "n_steps": 16, "num_workers": 2, "
          "test_episodes": 1, "seed": 3}  # fmt: skip
 
 
-def test_auto_switches_short_iterations_to_a_task_each_and_trains_what_the_plain_loop_trains(
+def test_auto_groups_short_iterations_into_tasks_and_trains_what_the_plain_loop_trains(
     stack,  # noqa: F811
     tmp_path,
     monkeypatch,
@@ -42,19 +42,17 @@ def test_auto_switches_short_iterations_to_a_task_each_and_trains_what_the_plain
     run_training(open_run("params.cartpole_ppo", dict(SHORT), session_name="plain", session_path=sessions))
 
     log = (sessions / "auto" / "log.txt").read_text()
-    assert log.count("one Prefect task per iteration: iterations are short") == 1, log
+    assert "Prefect tasks of " in log and "iterations are short" in log, log
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
         )
     names = sorted(run.name for run in runs)
-    # iterations 0-2 are measured with a task per stage; 3-5 run as one task each
+    # iterations 0-2 are measured with a task per stage; 3-5 run grouped, a task never past an epoch
     assert [n for n in names if n.startswith("update[")] == [
         f"update[epoch {i // 3}, iteration {i}]" for i in range(3)
     ]
-    assert [n for n in names if n.startswith("iterate[")] == [
-        f"iterate[epoch {i // 3}, iteration {i}]" for i in range(3, 6)
-    ]
+    assert [n for n in names if n.startswith("iterate[")] == ["iterate[epoch 1, iteration 3]"]
 
     _, auto = load_checkpoint(latest_checkpoint(sessions / "auto" / "checkpoints").path)
     _, plain = load_checkpoint(latest_checkpoint(sessions / "plain" / "checkpoints").path)
@@ -62,11 +60,32 @@ def test_auto_switches_short_iterations_to_a_task_each_and_trains_what_the_plain
     assert_same_tensors(plain["agents"], auto["agents"], "agents")  # weights and optimizer states
 
 
-@pytest.mark.parametrize(("work", "per_iteration"), [(0.5, True), (5.0, False)])
-def test_auto_keeps_a_task_per_stage_where_iterations_are_long(work, per_iteration):
+@pytest.mark.parametrize(("work", "group"), [(0.5, 2), (0.045, 18), (5.0, 0)])
+def test_auto_groups_as_many_iterations_as_keep_the_tasks_within_budget(work, group):
     chooser = TaskGranularity(server_seconds=0.02)
     for _ in range(3):  # the first iteration is not counted; then two measured ones
         for stage in ("explore", "store", "sample", "update"):
+            assert chooser() == 0  # a task per stage while measuring
             chooser.observe(stage, outer=work / 4 + 0.004, inner=work / 4)
-    # 4 x (4 ms + 20 ms) = 96 ms: 19 % of a 0.5 s iteration, 1.9 % of a 5 s one
-    assert chooser.per_iteration is per_iteration
+    # a task run costs 4 ms + 20 ms: 4 of them are 19 % of a 0.5 s iteration, 1.9 % of a 5 s one;
+    # one task of n iterations stays within 3 % from n = 2 (0.5 s) and n = 18 (45 ms)
+    assert chooser() == group
+
+
+def test_auto_follows_the_iterations_when_they_change_length():
+    chooser = TaskGranularity(server_seconds=0.021, window=3)
+    for _ in range(3):  # one-frame iterations of random actions: 0.4 ms each
+        for stage in ("explore", "store", "sample", "update"):
+            chooser.observe(stage, outer=0.0001 + 0.004, inner=0.0001)
+    assert chooser() == 2084  # a task run costs 25 ms: 3 % of 2,084 x 0.4 ms
+    for _ in range(3):  # learning starts: 10 ms an iteration
+        chooser.observe("iterate", outer=10 * 0.010 + 0.004, inner=10 * 0.010, iterations=10)
+    assert chooser() == 84  # 3 % of 84 x 10 ms
+
+
+def test_a_timeout_on_iterate_keeps_one_iteration_a_task():
+    chooser = TaskGranularity(server_seconds=0.02, most=1)
+    for _ in range(3):
+        for stage in ("explore", "store", "sample", "update"):
+            chooser.observe(stage, outer=0.001 + 0.004, inner=0.001)
+    assert chooser() == 1
