@@ -18,7 +18,8 @@ The protocol, the same for both sides:
   the cpanel overrides ``model_name``, ``seed``, ``learning_starts``, ``device`` (``--device``, cpu
   by default), ``torch_threads`` and those of ``--cpanel`` (a GPU run's update mode, say), and a
   schedule cut to exactly ``--frames`` frames: ``n_steps`` frames per iteration (``--n-steps``,
-  1000 as shipped), one iteration per epoch, ``frames / n_steps`` epochs. Everything else is the
+  1 as shipped), epochs of 1,000 frames (of ``n_steps`` where it does not divide 1,000), the test
+  stage once, at the end. Everything else is the
   file's own;
 - SB3 trains ``SAC("MlpPolicy", env, learning_starts=..., seed=seed, device="cpu")`` (``TD3``
   likewise) with SB3's defaults otherwise, ``learn(total_timesteps=frames)``; with ``--sb3-chunk
@@ -31,10 +32,11 @@ The protocol, the same for both sides:
 How to read it: the table has one row per cell (mean and std of the evaluation episodes' returns,
 seconds of training, training frames per second), then the mean over seeds of each side, then the
 machine. Compare returns, not seconds: the seconds exclude evaluation but include what each side
-does while training (digideep's checkpoints and logs; SB3 has none), and digideep's schedule is
-chunked (``n_steps`` frames, then as many gradient steps, from the first chunk that fills the memory
-to ``learning_starts``) where SB3 alternates one frame and one step: digideep makes ``frames -
-learning_starts + n_steps`` gradient steps (41,000 at the reference settings), SB3 ``frames -
+does while training (digideep's checkpoints and logs; SB3 has none). Both sides alternate one frame
+and one gradient step (with ``--n-steps N`` digideep runs chunks of N frames and N steps, as
+``--sb3-chunk N`` makes SB3 do); digideep learns from the iteration whose chunk brings the memory to
+``learning_starts``, SB3 once it holds more: digideep makes ``frames - learning_starts + n_steps``
+gradient steps (40,001 at the reference settings), SB3 ``frames -
 learning_starts`` (40,000); short smoke runs exaggerate the difference. Two seeds tell a broken learner from a working one, not small differences: for those use
 more seeds. SB3's defaults differ from the shipped files where noted in them (SB3's TD3 uses no
 exploration noise and 400x300 networks by default; SAC's defaults match params.mujoco_sac).
@@ -91,20 +93,26 @@ EVAL_SEED_OFFSET = 10_000
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def epoch_iterations(n_steps: int) -> int:
+    """Iterations of an epoch: 1,000 frames' worth where ``n_steps`` divides 1,000 (as shipped), else 1."""
+    return 1000 // n_steps if 1000 % n_steps == 0 else 1
+
+
 # -- one cell, in its own process -----------------------------------------------------------------
 def digideep_cell(args: argparse.Namespace, seed: int, folder: Path) -> dict[str, Any]:
     """Train the shipped params file as ``digideep train --no-prefect`` does; evaluate in its test stage."""
     from digideep.pipeline.params import resolve_params
     from digideep.pipeline.training import open_run, run_training
 
-    epochs = args.frames // args.n_steps
+    epoch_size = epoch_iterations(args.n_steps)
+    epochs = args.frames // (args.n_steps * epoch_size)
     overrides = {
         "model_name": args.env,
         "seed": seed,
         "learning_starts": args.learning_starts,
         "n_steps": args.n_steps,  # frames per iteration (one worker)
-        "epoch_size": 1,  # one iteration per epoch
-        "number_epochs": epochs,  # epochs x n_steps = --frames exactly
+        "epoch_size": epoch_size,  # 1,000 frames an epoch where n_steps divides it
+        "number_epochs": epochs,  # epochs x epoch_size x n_steps = --frames exactly
         "test_interval": epochs,  # the test stage runs once, at the end
         "test_episodes": args.eval_episodes,
         "test_win_size": args.eval_episodes,
@@ -373,8 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-steps",
         type=int,
-        default=1000,
-        help="digideep frames per iteration; divides --frames (default: 1000)",
+        default=1,
+        help="digideep frames per iteration (1 as shipped: a frame, then a gradient step; N: chunks of N "
+        "frames, then N gradient steps); with its epochs, divides --frames (default: 1)",
     )
     parser.add_argument(
         "--sb3-chunk",
@@ -429,9 +438,10 @@ def main() -> None:
         )
     if args.frames < 1 or not 0 <= args.learning_starts < args.frames:
         parser.error(f"need 0 <= --learning-starts < --frames, got {args.learning_starts} and {args.frames}")
-    if args.frames % args.n_steps:
+    if args.frames % (args.n_steps * epoch_iterations(args.n_steps)):
         parser.error(
-            f"--n-steps {args.n_steps} must divide --frames {args.frames} (digideep runs whole chunks)"
+            f"--frames {args.frames} must be a multiple of {args.n_steps * epoch_iterations(args.n_steps)}, "
+            f"the frames of a digideep epoch at --n-steps {args.n_steps}"
         )
     if args.jobs < 1 or args.threads < 1 or args.eval_episodes < 1 or args.sb3_chunk < 1:
         parser.error("--jobs, --threads, --eval-episodes and --sb3-chunk must be at least 1")

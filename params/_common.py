@@ -91,12 +91,16 @@ def tree(cpanel: dict, *, env: dict, agent: str, agent_args: dict, memory: dict,
         agent: the agent's class path, e.g. ``digideep.agents.sac.SAC``.
         agent_args: its keyword arguments.
         memory: the ``train`` memory's ``{"type", "args"}``.
-        warm_start: act randomly until the memory holds ``learning_starts`` frames (SB3's learning_starts).
+        warm_start: an off-policy agent: act randomly until the memory holds ``learning_starts`` frames
+            (SB3's learning_starts), and draw no action at the final prestep.
     """
     seed, num_workers = cpanel["seed"], cpanel["num_workers"]
     train = {"num_workers": num_workers, "n_steps": cpanel["n_steps"], "seed": seed}
     if warm_start:
         train["warm_start"] = -(-cpanel["learning_starts"] // num_workers)
+        # replay targets bootstrap from /next_observations: an action drawn at the final prestep
+        # would be thrown away, one more policy pass per iteration (every frame at n_steps 1)
+        train["final_action"] = False
     deterministic = {"num_workers": 1, "n_steps": None, "do_reset": True, "deterministic": True}
     return {
         "session": {

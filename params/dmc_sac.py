@@ -18,9 +18,9 @@ cpanel = {
     "model_name": "dm_control/cartpole-swingup-v0",  # any dm_control/<domain>-<task>-v0 id
     "observation": "flat",  # "flat" (one state vector) or "dict" (the suite's Dict); MLP agents need state
     "seed": 0,  # seed of torch, numpy, the envs and the sampler
-    "number_epochs": 100,  # 100 epochs x 10 iterations x 1000 steps x 1 worker = 1,000,000 frames
-    "epoch_size": 10,  # iterations per epoch
-    "n_steps": 1000,  # steps per worker per iteration (one chunk, one suite episode)
+    "number_epochs": 100,  # 100 epochs x 10,000 iterations x 1 step x 1 worker = 1,000,000 frames
+    "epoch_size": 10_000,  # iterations per epoch (test, log and checkpoint come at epoch ends)
+    "n_steps": 1,  # frames per worker between updates: 1 interleaves acting and learning (SB3, papers); N: chunks
     "num_workers": 1,  # parallel environments
     "lr": 3e-4,  # Adam learning rate of actor, critics and temperature (jaxrl)
     "batch_size": 256,  # transitions per gradient step (jaxrl)

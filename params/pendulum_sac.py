@@ -10,9 +10,9 @@ from params._common import env, off_policy_args, replay_memory, tree
 cpanel = {
     "model_name": "Pendulum-v1",  # Gymnasium id
     "seed": 0,  # seed of torch, numpy, the envs and the sampler
-    "number_epochs": 10,  # 10 epochs x 10 iterations x 100 steps x 1 worker = 10,000 frames
-    "epoch_size": 10,  # iterations per epoch
-    "n_steps": 100,  # steps per worker per iteration (one chunk)
+    "number_epochs": 10,  # 10 epochs x 1000 iterations x 1 step x 1 worker = 10,000 frames
+    "epoch_size": 1000,  # iterations per epoch (test, log and checkpoint come at epoch ends)
+    "n_steps": 1,  # frames per worker between updates: 1 interleaves acting and learning (SB3, papers); N: chunks
     "num_workers": 1,  # parallel environments
     "lr": 1e-3,  # Adam learning rate of actor, critics and temperature (zoo)
     "batch_size": 256,  # transitions per gradient step (SB3 default)

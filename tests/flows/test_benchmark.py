@@ -39,7 +39,7 @@ def test_the_matrix_is_every_algorithm_env_variant_and_seed_with_the_protocol_in
         "params.pendulum_sac/MountainCarContinuous-v0/seed-0/default",
     ]
     assert len(cells) == 8 and len({c.key for c in cells}) == 8
-    # pendulum_sac's epoch is 10 iterations x 100 steps = 1,000 frames
+    # pendulum_sac's epoch is 1,000 iterations x 1 step = 1,000 frames
     assert cells[2].cpanel == {
         "model_name": "MountainCarContinuous-v0",
         "seed": 0,
@@ -54,13 +54,13 @@ def test_the_matrix_is_every_algorithm_env_variant_and_seed_with_the_protocol_in
         [3],
         PROTOCOL,
         variants={"small-lr": {"lr": 1e-4}, "default": {}},
-        base_cpanel={"epoch_size": 5},
+        base_cpanel={"epoch_size": 500},
     )
     assert [(c.variant, c.cpanel.get("lr")) for c in variants] == [
         ("small-lr", 1e-4),
         ("default", None),
     ]
-    assert variants[0].cpanel["number_epochs"] == 6  # 5 iterations x 100 steps per epoch
+    assert variants[0].cpanel["number_epochs"] == 6  # 500 iterations x 1 step per epoch
     assert variants[0].tags("b", "p") == {
         "name": "b",
         "algorithm": "params.pendulum_sac",

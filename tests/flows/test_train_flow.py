@@ -118,6 +118,42 @@ def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_
     assert client.get_run(info["mlflow_run_id"]).info.status == "FINISHED"
 
 
+def test_a_run_of_one_frame_iterations_retried_after_a_fault_inside_a_grouped_task_resumes_exactly(
+    stack, tmp_path, run_env
+):
+    # the shipped off-policy schedule: a frame, then a gradient step; tasks="auto" groups the
+    # iterations (a task per epoch's rest here), and the fault fires in the third epoch's task
+    sessions = str(tmp_path / "sessions")
+    marker = tmp_path / "fault-fired"
+    cpanel = {**TINY, "n_steps": 1, "epoch_size": 40, "number_epochs": 3, "fail_at_update": 100,
+              "marker": str(marker)}  # fmt: skip
+    flow_run_id = start("train/pendulum-sac", {"params": "tests.flows.faulty", "cpanel": cpanel,
+                                               "session_path": sessions})  # fmt: skip
+    assert wait(flow_run_id, stack) == "FAILED"
+    assert marker.exists(), "the injected fault should have fired"
+    session = f"{sessions}/{flow_run_name(flow_run_id)}-{flow_run_id[:8]}"
+    assert latest_checkpoint(f"{session}/checkpoints").iteration == 80
+    assert "Prefect tasks of " in Location(f"{session}/log.txt").read_text()
+
+    stack.run("flow-run", "retry", flow_run_id)
+    assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    run(train_command(tmp_path, "straight", "tests.flows.faulty", {**cpanel, "marker": ""}), run_env)
+    resumed_states, resumed_memory = session_state(session)
+    straight_states, straight_memory = final_state(tmp_path, "straight")
+    assert resumed_memory["iteration"] == straight_memory["iteration"] == 120
+    assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
+    assert resumed_memory["pointers"] == straight_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, resumed_memory["contents"][key], err_msg=key)
+
+    from mlflow import MlflowClient
+
+    info = Location(f"{session}/session.json").read_json()
+    client = MlflowClient(run_env["MLFLOW_TRACKING_URI"])
+    steps = [m.step for m in client.get_metric_history(info["mlflow_run_id"], "charts/iteration")]
+    assert sorted(steps) == [40, 80, 120]
+
+
 def flow_run_logs(flow_run_id: str) -> list[str]:
     """The messages of the flow run's log records on the server, oldest first."""
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
