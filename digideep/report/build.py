@@ -32,9 +32,12 @@ from digideep.report.statistics import (
     score_interval,
 )
 
-__all__ = ["PROFILE_POINTS", "Report", "Row", "build_report"]
+__all__ = ["FEW_SEEDS", "PROFILE_POINTS", "Report", "Row", "build_report"]
 
 PROFILE_POINTS = 101
+FEW_SEEDS = 5
+"""Below this many seeds in a cell, the report says its intervals are the runs' spread (rliable's
+bootstrap over 3 runs reaches about their minimum and maximum)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Row:
     seeds: int
     score: Interval
     published: tuple[Published, ...]  # same family, same frame budget
+    runs: tuple[tuple[str, float], ...] = ()  # (seed, score) of each run, by seed
 
     @property
     def below(self) -> tuple[Published, ...]:
@@ -67,6 +71,8 @@ class Report:
     improvements: list[tuple[str, str, Interval]] = field(default_factory=list)
     figures: dict[str, bytes] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    scale_notes: list[str] = field(default_factory=list)  # what 0 and 1 of a normalised score are, per env
+    sources: list[str] = field(default_factory=list)  # of the published values shown and the references
 
 
 def build_report(
@@ -88,6 +94,14 @@ def build_report(
     rows = _rows(selection, references, last, reps, seed)
     scale, normalise = _scale(selection, references)
     report = Report(selection, last, reps, seed, rows, scale)
+    fewest = min(row.seeds for row in rows)
+    if fewest < FEW_SEEDS:
+        report.notes.append(
+            f"{fewest} seeds in the smallest cell: with fewer than {FEW_SEEDS}, a 95 % bootstrap interval "
+            "reaches about the lowest and highest of the runs' scores, and P(A > B)'s can span [0, 1]; "
+            "read the intervals as the spread of the runs, not as confidence, and run more seeds to "
+            "tell methods apart"
+        )
     if normalise is None:
         missing = [e for e in selection.envs if _reference(references, e) is None]
         report.notes.append(
@@ -97,6 +111,17 @@ def build_report(
         )
     else:
         _aggregate(report, normalise)
+        if scale == "normalised score":
+            found = [(env, ref) for env in selection.envs if (ref := _reference(references, env))]
+            report.scale_notes = [
+                f"{env}: 0 is the random policy's {ref.random:g} (measured, see the reference file), 1 is "
+                f"{ref.reference.name}'s {ref.reference.value:g} ({ref.reference.measured_on}, "
+                f"{ref.reference.frames:,} frames)"
+                for env, ref in found
+                if ref.reference is not None
+            ]
+            report.sources += [ref.reference.source for _, ref in found if ref.reference is not None]
+    report.sources = sorted({*report.sources, *(p.source for row in rows for p in row.published)})
     if compare:
         _compare(report, compare)
     return report
@@ -125,8 +150,9 @@ def _rows(
             check_seeds(group, env, len(runs))
             family = algorithm_family(runs[0].algorithm)
             published = tuple(reference.at_budget(budget, family)) if reference and family else ()
-            score = score_interval(np.array([r.score(last) for r in runs]), reps, seed)
-            rows.append(Row(env, group, len(runs), score, published))
+            scores = [(r.seed, r.score(last)) for r in runs]
+            score = score_interval(np.array([s for _, s in scores]), reps, seed)
+            rows.append(Row(env, group, len(runs), score, published, tuple(scores)))
     return rows
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -50,8 +51,9 @@ def profile_png(
     """Performance profiles: the fraction of runs scoring above each threshold, with bands."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plot_utils.plot_performance_profiles(
-        dict(profiles), taus, performance_profile_cis=dict(bands), xlabel=xlabel, ax=ax, legend=True
+        dict(profiles), taus, performance_profile_cis=dict(bands), xlabel=xlabel, ax=ax, legend=False
     )
+    _legend_outside(ax)
     return _png(fig)
 
 
@@ -74,7 +76,7 @@ def sample_efficiency_png(
         labelsize="large",
         ticklabelsize="medium",
     )
-    ax.legend(loc="best", fontsize="small")
+    _legend_outside(ax)
     return _png(fig)
 
 
@@ -91,6 +93,11 @@ def improvement_png(pairs: Sequence[tuple[str, str, Interval]]) -> bytes:
         xticks=[0.0, 0.25, 0.5, 0.75, 1.0],
     )
     return _png(fig)
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend right of the axes, where it covers no curve (the PNG's tight box takes it in)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small")
 
 
 def _png(fig: object) -> bytes:

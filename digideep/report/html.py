@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 
 from digideep.report.build import Report
-from digideep.report.table import BELOW_MARK, HEADERS, table_rows
+from digideep.report.table import BELOW_MARK, table_headers, table_rows
 
 __all__ = ["render_html"]
 
@@ -51,7 +51,7 @@ def render_html(report: Report, command: str) -> str:
         ),
         f"<p>Command: <code>{_e(command)}</code></p>",
         "<h2>Per environment</h2>",
-        _table(HEADERS, table_rows(report)),
+        _table(table_headers(report), table_rows(report)),
     ]
     if report.aggregates:
         cells = [
@@ -61,15 +61,15 @@ def render_html(report: Report, command: str) -> str:
         ]
         parts += [
             f"<h2>Aggregates ({_e(report.scale)})</h2>",
+            *([_list(report.scale_notes)] if report.scale_notes else []),
             _table(("algorithm", "metric", "value", "95% CI"), cells),
         ]
     for a, b, p in report.improvements:
         parts.append(f"<p>P({_e(a)} &gt; {_e(b)}) = {p.point:.2f}, 95 % CI [{p.low:.2f}, {p.high:.2f}]</p>")
     if report.notes:
         parts += ["<h2>Notes</h2>", _list(report.notes)]
-    sources = sorted({p.source for row in report.rows for p in row.published})
-    if sources:
-        parts += ["<h2>Sources of published values</h2>", _list(sources)]
+    if report.sources:
+        parts += ["<h2>Sources of published values</h2>", _list(report.sources)]
     for name, png in report.figures.items():
         data = base64.b64encode(png).decode("ascii")
         caption = CAPTIONS.get(name, name)

@@ -1,8 +1,9 @@
 """The report as plain text: the per-environment table, the aggregates and P(A > B).
 
 Columns of the table: environment, group (algorithm, ``@variant`` when not the default), seeds, mean
-score over seeds, its 95 % interval, and the published values of the same method at the same frame
-budget with their source names; ``BELOW`` marks a row whose whole interval lies below one of them.
+score over seeds, its 95 % interval, each run's score, and the published values of the same method at
+the same frame budget with their source names; where a row's whole interval lies below one of them,
+a last column marks it ``BELOW``.
 """
 
 from __future__ import annotations
@@ -11,28 +12,36 @@ from collections.abc import Sequence
 
 from digideep.report.build import Report, Row
 
-__all__ = ["BELOW_MARK", "format_report", "table_rows"]
+__all__ = ["BELOW_MARK", "HEADERS", "format_report", "table_headers", "table_rows"]
 
 BELOW_MARK = "BELOW"
-HEADERS = ("env", "algorithm", "seeds", "mean", "95% CI", "published (same budget)", "")
+HEADERS = ("env", "algorithm", "seeds", "mean", "95% CI", "runs (seed: score)", "published (same budget)")
+"""The table's columns; a last one, ``vs published``, is added where a row is ``BELOW``."""
+
+
+def table_headers(report: Report) -> tuple[str, ...]:
+    """The table's column names: :data:`HEADERS`, and ``vs published`` where some row is below one."""
+    return (*HEADERS, "vs published") if any(row.below for row in report.rows) else HEADERS
 
 
 def table_rows(report: Report) -> list[tuple[str, ...]]:
     """The table's cells as text, one tuple per row (the HTML page shows the same cells)."""
-    return [_cells(row) for row in report.rows]
+    marked = any(row.below for row in report.rows)
+    return [_cells(row, marked) for row in report.rows]
 
 
-def _cells(row: Row) -> tuple[str, ...]:
+def _cells(row: Row, marked: bool) -> tuple[str, ...]:
     published = "; ".join(f"{p.value:.1f} ({p.name}, {p.measured_on})" for p in row.published) or "-"
-    return (
+    cells = (
         row.env,
         row.group,
         str(row.seeds),
         f"{row.score.point:.1f}",
         f"[{row.score.low:.1f}, {row.score.high:.1f}]",
+        ", ".join(f"{seed}: {score:.1f}" for seed, score in row.runs),
         published,
-        BELOW_MARK if row.below else "",
     )
+    return (*cells, BELOW_MARK if row.below else "") if marked else cells
 
 
 def format_report(report: Report) -> str:
@@ -43,16 +52,16 @@ def format_report(report: Report) -> str:
         f"frame budget {protocol.frame_budget}, evaluation every {protocol.frame_interval} frames over "
         f"{protocol.episodes} episodes; score = mean eval/return of the last {report.last} evaluation(s)",
         "",
-        _align([HEADERS, *table_rows(report)]),
+        _align([table_headers(report), *table_rows(report)]),
     ]
     if report.aggregates:
         lines += ["", f"aggregates ({report.scale}, 95% CI over {report.reps} bootstrap resamples)"]
+        lines += [f"  {note}" for note in report.scale_notes]
         lines.append(_align([("algorithm", "metric", "value", "95% CI"), *_aggregate_cells(report)]))
     for a, b, p in report.improvements:
         lines += ["", f"P({a} > {b}) = {p.point:.2f}  95% CI [{p.low:.2f}, {p.high:.2f}]"]
-    sources = sorted({p.source for row in report.rows for p in row.published})
-    if sources:
-        lines += ["", "sources:", *(f"  {source}" for source in sources)]
+    if report.sources:
+        lines += ["", "sources:", *(f"  {source}" for source in report.sources)]
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 

@@ -51,7 +51,11 @@ def test_report_of_a_benchmark(
     assert "-157.0 (rl-zoo SAC, Pendulum-v1)" in sac_pendulum and sac_pendulum.endswith("BELOW")
     td3_pendulum = rows[("Pendulum-v1", TD3, "3")]  # -130 is above rl-zoo's -151.9: no mark
     assert "-151.9 (rl-zoo TD3, Pendulum-v1)" in td3_pendulum and "BELOW" not in td3_pendulum
+    assert "0: -200.0, 1: -190.0, 2: -180.0" in sac_pendulum  # each run's score, by seed
     assert rows[("Hopper-v5", SAC, "3")].split()[-1] == "-"  # rl-zoo's Hopper is at 1M frames, not 20k
+    assert "3 seeds in the smallest cell: with fewer than 5" in printed
+    assert "Pendulum-v1: 0 is the random policy's -1207.6" in printed  # what 0 and 1 normalise to
+    assert "1 is rl-zoo SAC's -156.995 (Pendulum-v1, 20,000 frames)" in printed
     assert f"P({TD3} > {SAC}) = 0.50" in printed  # TD3 wins Pendulum, SAC wins Hopper, every seed
     assert "IQM" in printed and "normalised score" in printed
 
@@ -81,6 +85,9 @@ def test_environments_without_reference_scores_are_not_aggregated(
     )
     assert "IQM" not in printed
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"table.txt", "report.html"}
+    header = next(line for line in printed.splitlines() if line.startswith("env "))
+    assert header.endswith("published (same budget)")  # no row is below a published value: no mark column
+    assert "<th></th>" not in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_last_n_averages_the_last_evaluations(
