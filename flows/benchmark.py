@@ -75,7 +75,8 @@ def benchmark(
         eval_interval: frames between evaluations (default ``frames``: at the end only); a whole
             number of each file's epochs, dividing ``frames``.
         eval_episodes: deterministic episodes per evaluation (K).
-        base_cpanel: overrides of every parameter file's cell (e.g. ``learning_starts``).
+        base_cpanel: overrides of every cell (e.g. ``learning_starts``); SB3 cells take those of
+            :data:`~digideep.baselines.sb3.SB3_KNOBS` and leave the rest to the parameter files.
         name: the benchmark; default ``<flow-run name>-<first 8 of its id>`` (a retry continues it).
         deployment: ``<flow>/<deployment>`` of a train deployment; its pool runs the cells.
         concurrency: cells running at once.
@@ -138,7 +139,9 @@ def sb3_cell(
     """Train one SB3 reference cell in this process (:func:`~digideep.baselines.sb3.train_sb3_cell`)."""
     from mlflow import MlflowClient
 
-    return train_sb3_cell(cell.algorithm, cell.env, cell.seed, protocol, MlflowClient(uri), experiment, tags)
+    return train_sb3_cell(
+        cell.algorithm, cell.env, cell.seed, protocol, MlflowClient(uri), experiment, tags, cpanel=cell.cpanel
+    )
 
 
 def _launch(

@@ -1,8 +1,9 @@
 """A Stable-Baselines3 reference cell: SB3's defaults under digideep's evaluation protocol.
 
 A benchmark cell named ``sb3:SAC``, ``sb3:TD3`` or ``sb3:PPO`` trains that SB3 algorithm with its
-own defaults (``MlpPolicy``, one environment) on the cell's environment and seed for exactly the
-cell's frame budget, and evaluates its deterministic policy as digideep's runs are evaluated
+own defaults (``MlpPolicy``, one environment), but for the knobs of :data:`SB3_KNOBS` the benchmark's
+cpanel gives (``learning_starts``, ``batch_size``, ...), on the cell's environment and seed for
+exactly the cell's frame budget, and evaluates its deterministic policy as digideep's runs are evaluated
 (:mod:`digideep.pipeline.evaluation`): every ``frame_interval`` frames and at the budget, ``K``
 episodes on a separate environment seeded ``seed + 10_000`` (as the test explorer), each evaluation
 logged as ``eval/return`` at step = frames, with the three ``eval/*`` params. The run is tracked in
@@ -23,13 +24,36 @@ from typing import Any
 from digideep.errors import UsageError
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
 
-__all__ = ["PREFIX", "SB3_ALGORITHMS", "check_sb3", "is_sb3", "train_sb3_cell"]
+__all__ = ["PREFIX", "SB3_ALGORITHMS", "SB3_KNOBS", "check_sb3", "is_sb3", "sb3_arguments", "train_sb3_cell"]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "sb3:"
 SB3_ALGORITHMS = ("SAC", "TD3", "PPO")
 TEST_SEED_OFFSET = 10_000  # as the test explorer of the shipped parameter files (params/_common.py)
+
+_OFF_POLICY_KNOBS = {
+    "learning_starts": "learning_starts",
+    "buffer_size": "buffer_size",
+    "batch_size": "batch_size",
+    "lr": "learning_rate",
+    "gamma": "gamma",
+    "tau": "tau",
+}
+SB3_KNOBS: dict[str, dict[str, str]] = {
+    "SAC": _OFF_POLICY_KNOBS,
+    "TD3": _OFF_POLICY_KNOBS,
+    "PPO": {
+        "n_steps": "n_steps",
+        "batch_size": "batch_size",
+        "n_epochs": "n_epochs",
+        "lr": "learning_rate",
+        "gamma": "gamma",
+        "gae_lambda": "gae_lambda",
+    },
+}
+"""The cpanel knobs an SB3 cell takes, by algorithm, and the SB3 argument each sets: the knobs a
+like-for-like comparison with the shipped parameter files needs (same name, same meaning)."""
 
 
 def is_sb3(algorithm: str) -> bool:
@@ -56,6 +80,14 @@ def check_sb3(algorithm: str) -> None:
         ) from None
 
 
+def sb3_arguments(algorithm: str, cpanel: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The SB3 keyword arguments that ``cpanel``'s knobs of :data:`SB3_KNOBS` give an ``sb3:<ALGO>``
+    cell, and the cpanel keys it leaves to the parameter files (sorted)."""
+    knobs = SB3_KNOBS[algorithm[len(PREFIX) :]]
+    arguments = {knobs[key]: value for key, value in cpanel.items() if key in knobs}
+    return arguments, sorted(key for key in cpanel if key not in knobs)
+
+
 def train_sb3_cell(
     algorithm: str,
     env_id: str,
@@ -65,6 +97,7 @@ def train_sb3_cell(
     experiment_id: str,
     tags: Mapping[str, str],
     torch_threads: int = 1,
+    cpanel: Mapping[str, Any] | None = None,
 ) -> float:
     """Train one SB3 cell to its frame budget, tracked as an MLflow run; its score (last ``eval/return``).
 
@@ -77,6 +110,8 @@ def train_sb3_cell(
         experiment_id: the experiment the run goes to.
         tags: the cell's tags (:func:`~digideep.tracking.trials.benchmark_tags`).
         torch_threads: ``torch.set_num_threads`` for the cell (digideep's shipped files use 1).
+        cpanel: knobs of :data:`SB3_KNOBS` that replace SB3's defaults (``learning_starts``, ...);
+            logged as the run's ``cpanel/<knob>`` params.
     """
     check_sb3(algorithm)
     import gymnasium as gym
@@ -88,14 +123,17 @@ def train_sb3_cell(
     model_class = getattr(stable_baselines3, algorithm[len(PREFIX) :])
     run = client.create_run(experiment_id, run_name=f"{algorithm} {env_id} seed {seed}", tags=dict(tags))
     run_id = run.info.run_id
+    arguments, _ = sb3_arguments(algorithm, cpanel or {})
+    knobs = {key: value for key, value in (cpanel or {}).items() if key in SB3_KNOBS[model_class.__name__]}
     params = {
         **protocol.mlflow_params(),
         "sb3/version": stable_baselines3.__version__,
         "cpanel/seed": str(seed),
+        **{f"cpanel/{key}": str(value) for key, value in knobs.items()},
     }
     client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
     try:
-        model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0)
+        model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **arguments)
         callback = _evaluation_callback(protocol, env_id, seed + TEST_SEED_OFFSET, client, run_id)
         model.learn(total_timesteps=protocol.frame_budget, callback=callback)
     except BaseException:

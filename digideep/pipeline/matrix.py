@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from digideep.baselines.sb3 import check_sb3, is_sb3
+from digideep.baselines.sb3 import check_sb3, is_sb3, sb3_arguments
 from digideep.errors import UsageError
 from digideep.pipeline.evaluation import EvaluationProtocol, frames_per_epoch, whole_epochs
 from digideep.pipeline.params import load_params_module, resolve_params
@@ -35,7 +35,7 @@ class Cell:
         env: the Gymnasium id.
         seed: the run's seed.
         variant: the variant's name (``default``: no overrides).
-        cpanel: the cell's cpanel overrides (empty for an SB3 cell).
+        cpanel: the cell's cpanel overrides (an SB3 cell's: its knobs of ``SB3_KNOBS``).
     """
 
     algorithm: str
@@ -78,8 +78,10 @@ def plan(
         base_cpanel: overrides of every parameter file's cell (a variant's win).
 
     Raises:
-        UsageError: an empty axis, an unknown parameter file, environment or cpanel key, a variant
-            given to an SB3 cell, or a budget or interval that is not whole epochs (one line).
+        UsageError: an empty axis, an unknown parameter file, environment or cpanel key, or a budget
+            or interval that is not whole epochs (one line). An SB3 cell takes the knobs of
+            :data:`~digideep.baselines.sb3.SB3_KNOBS` from ``base_cpanel`` and its variant and leaves
+            the others to the parameter files.
     """
     variants = dict(variants) if variants else {DEFAULT_VARIANT: {}}
     for axis, values in (("algorithms", algorithms), ("environments", envs), ("seeds", seeds)):
@@ -98,12 +100,9 @@ def plan(
                 for seed in seeds:
                     cpanel = {**(base_cpanel or {}), **overrides, "model_name": env, "seed": int(seed)}
                     if is_sb3(algorithm):
-                        if overrides or base_cpanel:
-                            raise UsageError(
-                                f"'{algorithm}' trains with SB3's defaults: cpanel overrides (variant "
-                                f"'{variant}' or base_cpanel) apply to parameter files only"
-                            )
-                        cpanel = {}
+                        given = {**(base_cpanel or {}), **overrides}
+                        _, others = sb3_arguments(algorithm, given)
+                        cpanel = {key: value for key, value in given.items() if key not in others}
                     else:
                         cpanel = cell_cpanel(algorithm, cpanel, protocol)
                     cells.append(Cell(algorithm, env, int(seed), variant, cpanel))

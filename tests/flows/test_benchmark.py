@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from digideep.baselines.sb3 import sb3_arguments
 from digideep.errors import UsageError
 from digideep.main import cli
 from digideep.pipeline.evaluation import EvaluationProtocol
@@ -99,7 +100,6 @@ def test_the_matrix_is_every_algorithm_env_variant_and_seed_with_the_protocol_in
             "unknown cpanel key 'lr_'",
         ),
         (["--params", "params.pendulum_sac", "--env", "Pendulum-v1", "--variant", "x"], "must be NAME=JSON"),
-        (["--params", "sb3:SAC", "--env", "Pendulum-v1", "--variant", 'x={"lr": 1}'], "SB3's defaults"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_anything_runs(argv, message, tmp_path, capsys, monkeypatch):
@@ -134,7 +134,8 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
     cell = {"name": "sb3-test", "algorithm": "sb3:SAC", "env": "Pendulum-v1", "seed": 1, "variant": "default"}
     tags = benchmark_tags({**cell, "parent_run_id": parent.info.run_id})
     protocol = EvaluationProtocol(frame_interval=200, episodes=2, frame_budget=400)
-    score = train_sb3_cell("sb3:SAC", "Pendulum-v1", 1, protocol, client, experiment, tags)
+    knobs = {"learning_starts": 150}  # the protocol's, as a benchmark's --cpanel gives it
+    score = train_sb3_cell("sb3:SAC", "Pendulum-v1", 1, protocol, client, experiment, tags, cpanel=knobs)
 
     (run,) = client.search_runs(
         [experiment], filter_string="tags.`digideep.benchmark` = 'sb3-test' and tags.algorithm = 'sb3:SAC'"
@@ -154,6 +155,26 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
         "eval/episodes": "2",
         "eval/frame_budget": "400",
     }
+    assert run.data.params["cpanel/learning_starts"] == "150"
+
+
+def test_sb3_cells_take_the_knobs_a_like_for_like_comparison_needs_and_leave_the_rest():
+    cells = plan(
+        ["params.pendulum_sac", "sb3:SAC", "sb3:PPO"],
+        ["Pendulum-v1"],
+        [0],
+        PROTOCOL,
+        variants={"slow": {"lr": 1e-4}},
+        base_cpanel={"learning_starts": 500, "update_mode": "eager"},
+    )
+    by_algorithm = {cell.algorithm: cell.cpanel for cell in cells}
+    assert by_algorithm["sb3:SAC"] == {"learning_starts": 500, "lr": 1e-4}
+    assert by_algorithm["sb3:PPO"] == {"lr": 1e-4}  # PPO has no replay to start
+    assert by_algorithm["params.pendulum_sac"]["update_mode"] == "eager"
+    assert sb3_arguments("sb3:SAC", {"lr": 1e-4, "tau": 0.01, "update_mode": "eager"}) == (
+        {"learning_rate": 1e-4, "tau": 0.01},
+        ["update_mode"],
+    )
 
 
 def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_them(
