@@ -20,7 +20,9 @@ turn, ``--repeats`` times (medians per call):
 - **env step**: one step of the same environment stack (wrappers included), made apart.
 
 The Runner's own cost is ``iteration - gradient step - act - env step``, printed as a share of the
-gradient step (goal: at most 5 %). Measure on a quiet machine: the figures are medians, but a load
+gradient step (goal: at most 5 %), and split by the Runner's own stage timers (medians over the
+iteration blocks): the explorer's bookkeeping, storing, sampling, the update's batch and metrics
+around the gradient step, and the schedule itself. Measure on a quiet machine: the figures are medians, but a load
 that comes and goes between blocks still moves a difference of small numbers.
 """
 
@@ -46,6 +48,7 @@ from digideep.pipeline.devices import set_torch_threads  # noqa: E402
 from digideep.pipeline.params import load_params_module  # noqa: E402
 from digideep.pipeline.runner import Runner  # noqa: E402
 from digideep.pipeline.session import Session  # noqa: E402
+from digideep.utility.profiling import profiler  # noqa: E402
 
 
 def build_runner(root: Path, env_id: str, seed: int) -> Runner:
@@ -60,15 +63,26 @@ def build_runner(root: Path, env_id: str, seed: int) -> Runner:
     return Runner(Session(root=root, name="bench", device="cpu"), params, modes=("train",))
 
 
+STAGES = ("explore", "store", "sample", "update")
+
+
 def plain_loop(runner: Runner, iterations: int) -> float:
-    """Seconds per iteration of ``iterations`` iterations of the plain loop, walking ``schedule``."""
+    """Seconds per iteration of ``iterations`` iterations of the plain loop, walking ``schedule``;
+    the Runner's own stage timers (:data:`~digideep.utility.profiling.profiler`) record each stage."""
     target = runner.counters.iteration + iterations
+    profiler.reset()
     start = time.perf_counter()
     for stage, function in runner.schedule():
         function()
         if stage == "update" and runner.counters.iteration >= target:
             break
     return (time.perf_counter() - start) / iterations
+
+
+def stage_means() -> dict[str, float]:
+    """Seconds per call of each iteration stage in the last :func:`plain_loop` block."""
+    summary = profiler.summary()
+    return {stage: summary[f"/{stage}"]["mean"] for stage in STAGES}
 
 
 def main() -> None:
@@ -113,8 +127,16 @@ def main() -> None:
                     envs.step(actions)
                 return (time.perf_counter() - start) / args.iterations
 
+            stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+
+            def iteration() -> float:
+                seconds = plain_loop(runner, args.iterations)
+                for stage, mean in stage_means().items():
+                    stages[stage].append(mean)
+                return seconds
+
             kinds = {
-                "iteration": lambda: plain_loop(runner, args.iterations),
+                "iteration": iteration,
                 "gradient step": step,
                 "act": act,
                 "env step": env_step,
@@ -128,7 +150,17 @@ def main() -> None:
             runner.close()
             runner.session.close()
     median = {kind: statistics.median(values) for kind, values in times.items()}
+    stage = {name: statistics.median(values) for name, values in stages.items()}
     own = median["iteration"] - median["gradient step"] - median["act"] - median["env step"]
+    parts = {  # where the Runner's own cost goes
+        "explorer's bookkeeping (explore - act - env step)": stage["explore"]
+        - median["act"]
+        - median["env step"],
+        "memory store (ring and write-through)": stage["store"],
+        "replay draw and gather (sample)": stage["sample"],
+        "batch to tensors and metrics (update - gradient step)": stage["update"] - median["gradient step"],
+        "the schedule, timers and counters (iteration - stages)": median["iteration"] - sum(stage.values()),
+    }
     print(
         f"\nparams.mujoco_sac on {args.env}, n_steps 1, one gradient step per frame; "
         f"{args.repeats} blocks of {args.iterations}, medians per call (min-max over blocks):"
@@ -137,8 +169,10 @@ def main() -> None:
         print(f"  {kind:<14} {1e3 * median[kind]:7.3f} ms  ({1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
     print(
         f"  Runner's own   {1e3 * own:7.3f} ms a frame = {100 * own / median['gradient step']:.1f} % of a "
-        "gradient step (goal <= 5 %)"
+        "gradient step (goal <= 5 %), of which:"
     )
+    for name, seconds in parts.items():
+        print(f"    {1e3 * seconds:6.3f} ms  {name}")
     print(f"\n{machine()}, torch {torch.__version__}, {torch.get_num_threads()} torch thread(s)")
 
 
