@@ -45,6 +45,7 @@ from digideep.tracking import benchmarks
 from digideep.tracking.naming import data_root_of, resolve_tracking_uri
 from digideep.tracking.trials import benchmark_tags
 from flows.cells import ended_runs, experiment_id, launch, state_of
+from flows.recovery import crash_killed_tasks
 
 
 @flow(name="benchmark", persist_result=False)
@@ -89,6 +90,9 @@ def benchmark(
     cells = plan(algorithms, envs, seeds if seeds is not None else [0, 1, 2], protocol, variants, base_cpanel)
     run_id = str(flow_run_runtime.id or "local")
     name = name or f"{flow_run_runtime.name or 'benchmark'}-{run_id[:8]}"
+    attempt = flow_run_runtime.run_count or 1
+    if attempt > 1:  # a killed attempt left its SB3 cells' task runs Running
+        crash_killed_tasks(run_id, attempt, "trains its unfinished SB3 cells again", logger)
     from mlflow import MlflowClient
 
     uri, artifacts = resolve_tracking_uri(None, data_root_of(session_path))

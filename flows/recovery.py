@@ -47,6 +47,8 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \w+\s+(\S+): (.*)$
 """A record's first line in ``log.txt`` (:data:`digideep.pipeline.run_logging.LOG_FORMAT`)."""
 RunLogger = logging.Logger | logging.LoggerAdapter
 """What :func:`prefect.get_run_logger` returns."""
+RESUMES = "resumes from the newest checkpoint"
+"""What a retried train flow run does instead of the task runs its killed attempt left unfinished."""
 UNFINISHED = [StateType.RUNNING, StateType.PENDING]
 FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 
@@ -69,21 +71,40 @@ def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, lo
         logger.warning("could not tidy up after the previous attempt (%s); resuming anyway", error)
 
 
-def _recover(flow_run_id: str, session: Location, attempt: int, logger: RunLogger) -> None:
-    with get_client(sync_client=True) as client:
-        if not previous_attempt_crashed(client, flow_run_id):
-            return
-        crashed = crash_unfinished_task_runs(client, flow_run_id, attempt)
-        held = client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-            limit=RECENT_LOGS,
-            sort=LogSort.TIMESTAMP_DESC,
-        )
+def crash_killed_tasks(flow_run_id: str, attempt: int, retry_does: str, logger: RunLogger) -> None:
+    """At the start of a retry of a flow without a session (the benchmark's): crash the task runs a
+    killed attempt left running, saying ``retry_does``. Best effort, as :func:`recover_killed_attempt`."""
+    try:
+        with get_client(sync_client=True) as client:
+            _crash_killed_tasks(client, flow_run_id, attempt, retry_does, logger)
+    except Exception as error:  # whatever failed, the retry goes on
+        logger.warning("could not tidy up after the previous attempt (%s); going on", error)
+
+
+def _crash_killed_tasks(
+    client: SyncPrefectClient, flow_run_id: str, attempt: int, retry_does: str, logger: RunLogger
+) -> bool:
+    """Crash the killed attempt's unfinished task runs, saying so; whether the previous attempt was killed."""
+    if not previous_attempt_crashed(client, flow_run_id):
+        return False
+    crashed = crash_unfinished_task_runs(client, flow_run_id, attempt, retry_does)
     if crashed:
         logger.warning(
             "the previous attempt was killed: task run%s %s marked Crashed",
             "s" if len(crashed) > 1 else "",
             ", ".join(crashed),
+        )
+    return True
+
+
+def _recover(flow_run_id: str, session: Location, attempt: int, logger: RunLogger) -> None:
+    with get_client(sync_client=True) as client:
+        if not _crash_killed_tasks(client, flow_run_id, attempt, RESUMES, logger):
+            return
+        held = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+            limit=RECENT_LOGS,
+            sort=LogSort.TIMESTAMP_DESC,
         )
     tail = unsent_tail(read_log(session), ((log.name, log.message) for log in held))
     if tail:
@@ -104,10 +125,13 @@ def previous_attempt_crashed(client: SyncPrefectClient, flow_run_id: str) -> boo
     return bool(final) and final[-1].type == StateType.CRASHED
 
 
-def crash_unfinished_task_runs(client: SyncPrefectClient, flow_run_id: str, attempt: int) -> list[str]:
+def crash_unfinished_task_runs(
+    client: SyncPrefectClient, flow_run_id: str, attempt: int, retry_does: str = RESUMES
+) -> list[str]:
     """Set the flow run's Running and Pending task runs Crashed; their names.
 
     Called before the retry starts a task, so every such task run is the killed attempt's.
+    ``retry_does`` ends each one's message: what attempt ``attempt`` does instead.
     """
     task_runs = client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
@@ -115,7 +139,7 @@ def crash_unfinished_task_runs(client: SyncPrefectClient, flow_run_id: str, atte
     )
     message = (
         f"the flow run's attempt {attempt - 1} was killed while this task ran "
-        f"(no process was left to end it); attempt {attempt} resumes from the newest checkpoint"
+        f"(no process was left to end it); attempt {attempt} {retry_does}"
     )
     for task_run in task_runs:
         client.set_task_run_state(task_run.id, Crashed(message=message), force=True)

@@ -293,6 +293,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     )
     assert parent.info.status == "FINISHED"
     assert parent.data.params["eval/frame_budget"] == "150"
+    assert _unfinished_task_runs(benchmark_id) == []  # the killed attempt's were crashed by the retry
     for cell in cells:
         runs = benchmarks.cell_runs(client, name, cell)
         assert len(runs) == 1, (cell, len(runs))  # exactly once, across the kill and the retry
@@ -314,6 +315,51 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
         (run,) = benchmarks.cell_runs(client, name, cell)
         session = Path(run.data.tags["digideep.session_path"])
         assert "resuming session" in (session / "log.txt").read_text()
+
+
+def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_running(bench_stack, monkeypatch):
+    """A killed attempt's SB3 cell task ends with nobody to report it: the retry marks it Crashed."""
+    import logging
+
+    from prefect import flow, task
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed, Running
+
+    from flows.recovery import crash_killed_tasks
+
+    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+
+    @task(name="sb3_cell")
+    def cell() -> None: ...
+
+    @flow(name="benchmark")
+    def killed() -> None: ...
+
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(killed, state=Running())
+        task_run = client.create_task_run(cell, flow_run.id, dynamic_key="0", state=Running())
+        client.set_flow_run_state(flow_run.id, Crashed(message="its process was killed"), force=True)
+        client.set_flow_run_state(flow_run.id, Running(), force=True)  # the retry
+    crash_killed_tasks(
+        str(flow_run.id), 2, "trains its unfinished SB3 cells again", logging.getLogger("test")
+    )
+    with get_client(sync_client=True) as client:
+        state = client.read_task_run(task_run.id).state
+    assert state.type.value == "CRASHED", state
+    assert "attempt 2 trains its unfinished SB3 cells again" in state.message
+    assert _unfinished_task_runs(str(flow_run.id)) == []
+
+
+def _unfinished_task_runs(flow_run_id: str) -> list[str]:
+    """The names of the flow run's task runs that are Running or Pending."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return [t.name for t in task_runs if t.state is not None and t.state.type.value in ("RUNNING", "PENDING")]
 
 
 WORKER_DONE = "prefect.flow_runs.worker - Check whether the flow run exceeded its memory allocation"
