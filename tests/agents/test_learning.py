@@ -7,9 +7,8 @@ after 100,000; PPO on HalfCheetah-v5 (trained with the hand-written gradients) >
 episodes on seed 0, and 1,859 and 1,723 over 5 on seeds 1 and 2; these Runners take the params'
 ``torch_threads`` as the CLI does: with the process's 2 threads seed 0 scored 4,406.9); SAC on dm_control/cartpole-swingup-v0 >= 700 after 100,000 (one seed; 100,000 gradient
 steps: 38 min here beside the test suite; it scored 842.9); SAC on Hopper-v5, a task that terminates,
->= 800 after 50,000 with learning_starts 10,000 (seeds 0 and 1; scored 2,730.6 and 1,098.4 with the
-one update path, Stable-Baselines3's SAC 515.6 and 540.6 on the same protocol,
-``bench/bench_learning.py``; the former hand-written gradients 419 and 354). The quick tests at the bottom run a sliver of each to keep the
+after 50,000 frames with learning_starts 10,000, on the shipped schedule >= 250 and on the chunked one
+>= 800 (seeds 0 and 1, figures beside ``HOPPER_TARGETS``). The quick tests at the bottom run a sliver of each to keep the
 files importable and their trees buildable in CI.
 """
 
@@ -67,36 +66,40 @@ DMC_TARGET = 700.0
 @pytest.mark.slow
 def test_dmc_sac_swings_up_the_cartpole(tmp_path: Path) -> None:
     pytest.importorskip("dm_control", reason="needs pip install 'digideep[dmc]'")
-    # 10 epochs x 10 iterations x 1,000 steps = 100,000 frames, then 10 deterministic episodes
+    # 10 epochs x 10,000 iterations x 1 step = 100,000 frames, then 10 deterministic episodes
     params = shipped_params("dmc_sac", number_epochs=10, test_interval=10, test_episodes=10, test_win_size=10)
     assert_reaches(tmp_path, params, "dmc_sac cartpole-swingup", DMC_TARGET)
 
 
 # Hopper ends an episode when it falls, so targets must stop at terminations. Measured on this protocol
-# (bench/bench_learning.py): the one-source SAC 2730.6 and 1098.4 (seeds 0, 1), SB3 515.6 and 540.6,
-# the former hand-written gradients 419.2 and 355.3. The target is above SB3's and twice the hand-written
-# path's, with room for digideep's seed-to-seed spread.
-HOPPER_TARGET = 800.0
+# (bench/bench_learning.py, seeds 0 and 1): the shipped schedule (a frame, then a gradient step) 324.4
+# and 326.6; the chunked one (n_steps 1,000) 2730.6 and 1098.4; SB3 515.6 and 540.6; the former
+# hand-written gradients (chunked) 419.2 and 355.3. The shipped target asks for a gait that moves
+# forward (a random policy scores 16.7); digideep's gap to SB3 on this schedule is open
+# (docs/benchmark.md, parity). The chunked target is above SB3's and twice the hand-written path's.
+HOPPER_TARGETS = {1: 250.0, 1000: 800.0}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sac_learns_hopper(tmp_path: Path, seed: int) -> None:
-    # 50 epochs x 1 iteration x 1,000 steps = 50,000 frames (the first 10,000 random), then 10
-    # deterministic episodes in the Runner's test stage
+@pytest.mark.parametrize("n_steps", sorted(HOPPER_TARGETS))
+def test_sac_learns_hopper(tmp_path: Path, n_steps: int, seed: int) -> None:
+    # 50 epochs of 1,000 frames = 50,000 frames (the first 10,000 random), then 10 deterministic
+    # episodes in the Runner's test stage
     params = shipped_params(
         "mujoco_sac",
         model_name="Hopper-v5",
         seed=seed,
         learning_starts=10_000,
-        n_steps=1000,
-        epoch_size=1,
+        n_steps=n_steps,
+        epoch_size=1000 // n_steps,
         number_epochs=50,
         test_interval=50,
         test_episodes=10,
         test_win_size=10,
     )
-    assert_reaches(tmp_path, params, f"mujoco_sac Hopper-v5 seed {seed}", HOPPER_TARGET, frames=50_000)
+    label = f"mujoco_sac Hopper-v5 n_steps {n_steps} seed {seed}"
+    assert_reaches(tmp_path, params, label, HOPPER_TARGETS[n_steps], frames=50_000)
 
 
 @pytest.mark.parametrize("name", [*sorted(TARGETS), "dmc_sac"])

@@ -73,6 +73,22 @@ def session_state(url: str) -> tuple[dict, dict]:
     return states, {"contents": contents, "pointers": memory.state_dict(), "iteration": info["iteration"]}
 
 
+def assert_ends_as_a_straight_run(
+    session: str, tmp_path: Path, cpanel: dict, run_env: dict, iterations: int
+) -> tuple[dict, dict]:
+    """Train ``cpanel`` never interrupted, outside Prefect; the retried ``session`` must end with the
+    same weights, optimizer states, memory contents and pointers. Returns both runs' final states."""
+    run(train_command(tmp_path, "straight", "tests.flows.faulty", {**cpanel, "marker": ""}), run_env)
+    resumed_states, resumed_memory = session_state(session)
+    straight_states, straight_memory = final_state(tmp_path, "straight")
+    assert resumed_memory["iteration"] == straight_memory["iteration"] == iterations
+    assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
+    assert resumed_memory["pointers"] == straight_memory["pointers"]
+    for key, values in straight_memory["contents"].items():
+        np.testing.assert_array_equal(values, resumed_memory["contents"][key], err_msg=key)
+    return resumed_states, straight_states
+
+
 # the local-disk case is slow: the S3 case runs the same retry and needs more of the code to work
 @pytest.mark.parametrize("storage", [pytest.param("local", marks=pytest.mark.slow), "s3"])
 def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(
@@ -96,16 +112,7 @@ def test_a_retried_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_
     assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
     assert "resuming session" in Location(f"{session}/log.txt").read_text()
 
-    # the same training, never interrupted, outside Prefect
-    straight = {**cpanel, "marker": ""}
-    run(train_command(tmp_path, "straight", "tests.flows.faulty", straight), run_env)
-    resumed_states, resumed_memory = session_state(session)
-    straight_states, straight_memory = final_state(tmp_path, "straight")
-    assert resumed_memory["iteration"] == straight_memory["iteration"] == 6
-    assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
-    assert resumed_memory["pointers"] == straight_memory["pointers"]
-    for key, values in straight_memory["contents"].items():
-        np.testing.assert_array_equal(values, resumed_memory["contents"][key], err_msg=key)
+    resumed_states, straight_states = assert_ends_as_a_straight_run(session, tmp_path, cpanel, run_env, 6)
     assert resumed_states["counters"]["frames"] == straight_states["counters"]["frames"] == 6 * 20
 
     # MLflow: the reopened run holds each metric step once and ends FINISHED
@@ -137,14 +144,7 @@ def test_a_run_of_one_frame_iterations_retried_after_a_fault_inside_a_grouped_ta
 
     stack.run("flow-run", "retry", flow_run_id)
     assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
-    run(train_command(tmp_path, "straight", "tests.flows.faulty", {**cpanel, "marker": ""}), run_env)
-    resumed_states, resumed_memory = session_state(session)
-    straight_states, straight_memory = final_state(tmp_path, "straight")
-    assert resumed_memory["iteration"] == straight_memory["iteration"] == 120
-    assert_same_tensors(straight_states["agents"], resumed_states["agents"], "agents")
-    assert resumed_memory["pointers"] == straight_memory["pointers"]
-    for key, values in straight_memory["contents"].items():
-        np.testing.assert_array_equal(values, resumed_memory["contents"][key], err_msg=key)
+    assert_ends_as_a_straight_run(session, tmp_path, cpanel, run_env, 120)
 
     from mlflow import MlflowClient
 
