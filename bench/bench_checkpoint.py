@@ -4,9 +4,10 @@
     .venv/bin/python bench/bench_checkpoint.py --quick    # ~2 minutes on a busy 2-core machine
     .venv/bin/python bench/bench_checkpoint.py --no-s3    # local disk only
 
-Setup: ``params/mujoco_sac.py`` (HalfCheetah-v5, shipped replay capacity 1,000,001 rows, shipped
-``n_steps`` 1000 and ``updates_per_iteration`` 1000) with the cpanel override ``learning_starts``
-1000, so the explorer's random warm start ends after the first chunk. The memory is filled to
+Setup: ``params/mujoco_sac.py`` (HalfCheetah-v5, shipped replay capacity 1,000,001 rows) with the
+cpanel overrides ``n_steps`` 1000 (so ``updates_per_iteration`` 1000: an iteration is the work of
+1,000 of the shipped one-frame iterations) and ``learning_starts`` 1000, so the explorer's random
+warm start ends after the first chunk. The memory is filled to
 100,000 transitions by one really explored chunk plus 99 **synthetic** chunks in the exact
 trajectory format (keys, shapes and dtypes copied from the real chunk; noise added to its floats).
 Then, in the same process:
@@ -95,7 +96,9 @@ from digideep.pipeline.session import Session
 from digideep.storage.checkpoint import latest_checkpoint
 
 PARAMS = "params.mujoco_sac"
-CPANEL = {"learning_starts": 1000}  # the warm start (random actions) ends after the first chunk
+# chunks of 1,000 frames (the shipped files act one frame per iteration): an iteration here is the
+# work of 1,000 of those, and the warm start (random actions) ends after the first chunk
+CPANEL = {"learning_starts": 1000, "n_steps": 1000, "epoch_size": 10}
 TARGET_ROWS = 100_000
 
 

@@ -11,14 +11,14 @@ seed runs digideep then SB3, so the machine's load hits both alike; the figure t
 of wall-clock times. The final return is the mean of ``--episodes`` deterministic episodes on a fresh
 environment (digideep: its Runner's test stage; SB3: ``evaluate_policy``).
 
-digideep's chunked schedule differs from SB3's step-by-step one: it collects ``n_steps`` frames, then
-makes ``n_steps`` gradient steps (``--n-steps``, 1000 in the params file); SB3 alternates one frame and
-one step. The frame and gradient-step counts are the same, ``frames - learning_starts`` gradient steps on
-each side (the table prints both counts): SB3 learns once it has collected more than
-``learning_starts`` frames, digideep once its memory holds ``learning_starts`` transitions, a chunk
-earlier, so digideep's side is given ``learning_starts + 1`` (and ``--learning-starts`` must be a
-multiple of ``--n-steps``; it then acts randomly for one frame more than SB3). Before that, digideep
-made a chunk more: 6,000 steps to SB3's 5,000 at 6,000 frames and ``--learning-starts 1000``.
+digideep's schedule is the params file's (``--n-steps``, 1 as shipped: a frame, then a gradient step,
+as SB3 alternates them); ``--n-steps N`` collects N frames, then makes N gradient steps. The frame and
+gradient-step counts are the same, ``frames - learning_starts`` gradient steps on each side (the table
+prints both counts): SB3 learns once it has collected more than ``learning_starts`` frames, digideep
+once its memory holds ``learning_starts`` transitions, an iteration earlier, so digideep's side is
+given ``learning_starts + 1`` (and ``--learning-starts`` must be a multiple of ``--n-steps``; it then
+acts randomly for one frame more than SB3). Before that, digideep made a chunk more: 6,000 steps to
+SB3's 5,000 at 6,000 frames and ``--learning-starts 1000`` with 1,000-frame chunks.
 
 Stable-Baselines3 is a bench extra (``pip install stable-baselines3``).
 """
