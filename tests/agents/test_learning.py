@@ -73,7 +73,8 @@ def test_dmc_sac_swings_up_the_cartpole(tmp_path: Path) -> None:
 
 # Hopper ends an episode when it falls, so targets must stop at terminations. Measured on this protocol
 # (bench/bench_learning.py, seeds 0 and 1): the shipped schedule (a frame, then a gradient step) 324.4
-# and 326.6; the chunked one (n_steps 1,000) 2730.6 and 1098.4; SB3 515.6 and 540.6; the former
+# and 326.6; the chunked one (n_steps 1,000, while it still drew an action at each chunk's final
+# prestep) 2730.6 and 1098.4; SB3 515.6 and 540.6; the former
 # hand-written gradients (chunked) 419.2 and 355.3. The shipped target asks for a gait that moves
 # forward (a random policy scores 16.7); digideep's gap to SB3 on this schedule is open
 # (docs/benchmark.md, parity). The chunked target is above SB3's and twice the hand-written path's.
