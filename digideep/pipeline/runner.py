@@ -200,6 +200,11 @@ class Runner(RunnerStateMixin):
         """Epochs completed."""
         return self.counters.iteration // self.epoch_size
 
+    @property
+    def at_epoch_end(self) -> bool:
+        """Whether the last iteration completed an epoch (test, log and checkpoint come next)."""
+        return self.counters.iteration % self.epoch_size == 0
+
     def test_due(self) -> bool:
         """Every ``test_interval`` epochs, and at the last epoch (so the last evaluation lands at the
         frame budget, :mod:`digideep.pipeline.evaluation`); never with ``test_interval`` 0."""
@@ -282,7 +287,7 @@ class Runner(RunnerStateMixin):
         fewer when an epoch ends or training should stop first. Returns the last update's metrics."""
         metrics = self._iteration()
         for _ in range(iterations - 1):
-            if self.counters.iteration % self.epoch_size == 0 or self.stop_reason() is not None:
+            if self.at_epoch_end or self.stop_reason() is not None:
                 break
             self.session.ensure_held()
             metrics = self._iteration()
@@ -310,8 +315,7 @@ class Runner(RunnerStateMixin):
             else:
                 for stage in ITERATION_STAGES:
                     yield stage, getattr(self, stage)
-            at_epoch_end = self.counters.iteration % self.epoch_size == 0
-            if at_epoch_end:
+            if self.at_epoch_end:
                 if self.test_due():
                     yield "test", self.test
                 yield "log", self.log

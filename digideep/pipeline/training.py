@@ -313,8 +313,7 @@ def run_training(
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
-            at_epoch_end = runner.counters.iteration % runner.epoch_size == 0  # (shown whole, always)
-            if stage in ("update", "iterate") and (bar.due() or at_epoch_end):
+            if stage in ("update", "iterate") and (bar.due() or runner.at_epoch_end):  # epochs shown whole
                 bar.update(runner.counters.iteration, **runner.status_fields())
             elif stage == "test" and not math.isnan(result):
                 bar.update(runner.counters.iteration, test=result)
