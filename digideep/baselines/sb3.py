@@ -80,12 +80,12 @@ def check_sb3(algorithm: str) -> None:
         ) from None
 
 
-def sb3_arguments(algorithm: str, cpanel: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def sb3_arguments(algorithm: str, cpanel: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The SB3 keyword arguments that ``cpanel``'s knobs of :data:`SB3_KNOBS` give an ``sb3:<ALGO>``
-    cell, and the cpanel keys it leaves to the parameter files (sorted)."""
-    knobs = SB3_KNOBS[algorithm[len(PREFIX) :]]
-    arguments = {knobs[key]: value for key, value in cpanel.items() if key in knobs}
-    return arguments, sorted(key for key in cpanel if key not in knobs)
+    cell, and those knobs as the cpanel names them (the other keys are the parameter files')."""
+    names = SB3_KNOBS[algorithm[len(PREFIX) :]]
+    taken = {key: value for key, value in cpanel.items() if key in names}
+    return {names[key]: value for key, value in taken.items()}, taken
 
 
 def train_sb3_cell(
@@ -123,8 +123,7 @@ def train_sb3_cell(
     model_class = getattr(stable_baselines3, algorithm[len(PREFIX) :])
     run = client.create_run(experiment_id, run_name=f"{algorithm} {env_id} seed {seed}", tags=dict(tags))
     run_id = run.info.run_id
-    arguments, _ = sb3_arguments(algorithm, cpanel or {})
-    knobs = {key: value for key, value in (cpanel or {}).items() if key in SB3_KNOBS[model_class.__name__]}
+    arguments, knobs = sb3_arguments(algorithm, cpanel or {})
     params = {
         **protocol.mlflow_params(),
         "sb3/version": stable_baselines3.__version__,

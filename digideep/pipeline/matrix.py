@@ -100,9 +100,7 @@ def plan(
                 for seed in seeds:
                     cpanel = {**(base_cpanel or {}), **overrides, "model_name": env, "seed": int(seed)}
                     if is_sb3(algorithm):
-                        given = {**(base_cpanel or {}), **overrides}
-                        _, others = sb3_arguments(algorithm, given)
-                        cpanel = {key: value for key, value in given.items() if key not in others}
+                        _, cpanel = sb3_arguments(algorithm, {**(base_cpanel or {}), **overrides})
                     else:
                         cpanel = cell_cpanel(algorithm, cpanel, protocol)
                     cells.append(Cell(algorithm, env, int(seed), variant, cpanel))
