@@ -111,17 +111,18 @@ def build_report(
         )
     else:
         _aggregate(report, normalise)
-        if scale == "normalised score":
-            found = [(env, ref) for env in selection.envs if (ref := _reference(references, env))]
-            report.scale_notes = [
-                f"{env}: 0 is the random policy's {ref.random:g} (measured, see the reference file), 1 is "
-                f"{ref.reference.name}'s {ref.reference.value:g} ({ref.reference.measured_on}, "
-                f"{ref.reference.frames:,} frames)"
-                for env, ref in found
-                if ref.reference is not None
-            ]
-            report.sources += [ref.reference.source for _, ref in found if ref.reference is not None]
-    report.sources = sorted({*report.sources, *(p.source for row in rows for p in row.published)})
+    # every environment has a reference when the scale is the normalised score (_scale)
+    normalising = (
+        [_reference(references, env) for env in selection.envs] if scale == "normalised score" else []
+    )
+    report.scale_notes = [
+        f"{ref.env}: 0 is the random policy's {ref.random:g} (measured, see the reference file), 1 is "
+        f"{ref.reference.name}'s {ref.reference.value:g} ({ref.reference.measured_on}, "
+        f"{ref.reference.frames:,} frames)"
+        for ref in normalising
+    ]
+    published = (p.source for row in rows for p in row.published)
+    report.sources = sorted({*(ref.reference.source for ref in normalising), *published})
     if compare:
         _compare(report, compare)
     return report
