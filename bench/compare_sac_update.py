@@ -371,7 +371,7 @@ def one_update(model: Any, agent: Any, data: Transitions, noise: torch.Tensor) -
     sb3_pi, sb3_next = theirs["log_prob"]
     row("next log pi(a'|s')", next_log_prob, sb3_next[1], "squash correction: exact vs log(1 - a^2 + 1e-6)")
     row("next actions a'", dd_next_actions, sb3_next[0], "tanh(mean + std * noise), the same noise")
-    row("target Q'(s', a'), both critics", next_q, theirs["next_q"])
+    row("target min_i Q'_i(s', a')", next_q, theirs["next_q"].amin(dim=1))
     row("target y", target, theirs["target"][:, 0], f"gamma {gamma}, alpha {float(alpha):g}")
     row("Q(s, a) critic 1", ours["critic_loss"][0][0][:, 0], theirs["q"][0][:, 0])
     row("Q(s, a) critic 2", ours["critic_loss"][0][0][:, 1], theirs["q"][1][:, 0])

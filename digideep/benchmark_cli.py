@@ -63,8 +63,8 @@ def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def command_benchmark(args: argparse.Namespace) -> int:
     """Check the matrix, then run the benchmark deployment (or, with ``--local``, the flow here)."""
+    from digideep.benchmark.matrix import plan
     from digideep.pipeline.evaluation import EvaluationProtocol
-    from digideep.pipeline.matrix import plan
     from digideep.pipeline.params import parse_cpanel
 
     parameters = {

@@ -3,8 +3,8 @@
 Every cell of a parameter file is a flow run of the train deployment ``deployment``
 (``run_deployment``, the file and cell given as parameters), so cells spread over every worker of
 its pool, ``concurrency`` at a time. Every cell gets the same frame budget and evaluation protocol
-(:mod:`digideep.pipeline.matrix`). A cell named ``sb3:SAC``, ``sb3:TD3`` or ``sb3:PPO`` is a
-Stable-Baselines3 reference (:mod:`digideep.baselines.sb3`) trained by a task of this flow run,
+(:mod:`digideep.benchmark.matrix`). A cell named ``sb3:SAC``, ``sb3:TD3`` or ``sb3:PPO`` is a
+Stable-Baselines3 reference (:mod:`digideep.benchmark.sb3`) trained by a task of this flow run,
 in its process.
 
 Retries: each train cell is launched with an idempotency key naming the benchmark and the cell, so
@@ -14,7 +14,7 @@ cancelled is set back to Scheduled and runs again as the same flow run, resuming
 checkpoint (``flows/cells.py``, shared with the tune flow). An SB3 cell that finished is skipped; one
 that did not is trained again from the start (its unfinished MLflow run deleted).
 
-MLflow: one parent run per benchmark (:mod:`digideep.tracking.benchmarks`); every cell's run is
+MLflow: one parent run per benchmark (:mod:`digideep.benchmark.records`); every cell's run is
 nested under it and tagged ``digideep.benchmark``, ``algorithm``, ``env``, ``seed``, ``variant``.
 See ``docs/benchmark.md``. Example parameters::
 
@@ -38,10 +38,10 @@ from prefect.states import Scheduled
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from digideep.baselines.sb3 import is_sb3, train_sb3_cell
+from digideep.benchmark import records
+from digideep.benchmark.matrix import Cell, plan
+from digideep.benchmark.sb3 import is_sb3, train_sb3_cell
 from digideep.pipeline.evaluation import EvaluationProtocol
-from digideep.pipeline.matrix import Cell, plan
-from digideep.tracking import benchmarks
 from digideep.tracking.naming import data_root_of, resolve_tracking_uri
 from digideep.tracking.trials import benchmark_tags
 from flows.cells import ended_runs, experiment_id, launch, state_of
@@ -77,7 +77,7 @@ def benchmark(
             number of each file's epochs, dividing ``frames``.
         eval_episodes: deterministic episodes per evaluation (K).
         base_cpanel: overrides of every cell (e.g. ``learning_starts``); SB3 cells take those of
-            :data:`~digideep.baselines.sb3.SB3_KNOBS` and leave the rest to the parameter files.
+            :data:`~digideep.benchmark.sb3.SB3_KNOBS` and leave the rest to the parameter files.
         name: the benchmark; default ``<flow-run name>-<first 8 of its id>`` (a retry continues it).
         deployment: ``<flow>/<deployment>`` of a train deployment; its pool runs the cells.
         concurrency: cells running at once.
@@ -97,9 +97,9 @@ def benchmark(
 
     uri, artifacts = resolve_tracking_uri(None, data_root_of(session_path))
     mlflow = MlflowClient(uri)
-    experiment = experiment_id(mlflow, benchmarks.EXPERIMENT, artifacts)
+    experiment = experiment_id(mlflow, records.EXPERIMENT, artifacts)
     axes = {"algorithms": algorithms, "envs": envs, "seeds": seeds, "variants": variants or {}}
-    parent = benchmarks.open_parent(mlflow, experiment, name, protocol, axes, run_id)
+    parent = records.open_parent(mlflow, experiment, name, protocol, axes, run_id)
     logger.info("benchmark %s: %d cells, MLflow parent run %s at %s", name, len(cells), parent, uri)
     states: dict[str, str] = {}
     flows: dict[str, str] = {}  # train cells running: flow-run id by cell key
@@ -112,7 +112,7 @@ def benchmark(
                 cell = pending.pop(0)
                 tags = cell.tags(name, parent)
                 if is_sb3(cell.algorithm):
-                    finished = benchmarks.delete_unfinished(mlflow, benchmarks.cell_runs(mlflow, name, tags))
+                    finished = records.delete_unfinished(mlflow, records.cell_runs(mlflow, name, tags))
                     if finished:
                         states[cell.key] = "COMPLETED"
                     else:
@@ -131,7 +131,7 @@ def benchmark(
                     states[key] = future.state.type.value
                     del tasks[key]
     summary = _summary(mlflow, name, cells, states)
-    status = benchmarks.finish_parent(mlflow, parent, states)
+    status = records.finish_parent(mlflow, parent, states)
     logger.info("benchmark %s %s:\n%s", name, status, summary["table"])
     return {"benchmark": name, "parent_run_id": parent, "status": status, "cells": summary["cells"]}
 
@@ -140,7 +140,7 @@ def benchmark(
 def sb3_cell(
     cell: Cell, protocol: EvaluationProtocol, uri: str, experiment: str, tags: dict[str, str]
 ) -> float:
-    """Train one SB3 reference cell in this process (:func:`~digideep.baselines.sb3.train_sb3_cell`)."""
+    """Train one SB3 reference cell in this process (:func:`~digideep.benchmark.sb3.train_sb3_cell`)."""
     from mlflow import MlflowClient
 
     return train_sb3_cell(
@@ -168,9 +168,9 @@ def _summary(mlflow: Any, name: str, cells: list[Cell], states: dict[str, str]) 
     """Each cell's state, run and score (its last ``eval/return``), and a fixed-width table of them."""
     rows = []
     for cell in cells:
-        runs = benchmarks.cell_runs(mlflow, name, cell.tags(name, None))
+        runs = records.cell_runs(mlflow, name, cell.tags(name, None))
         run_id = runs[0].info.run_id if len(runs) == 1 else ""
-        value = benchmarks.score(mlflow, run_id) if run_id else float("nan")
+        value = records.score(mlflow, run_id) if run_id else float("nan")
         rows.append(
             {
                 "cell": cell.key,

@@ -3,9 +3,7 @@
 - :func:`mlp`: a multilayer perceptron (an ``nn.Sequential``).
 - :class:`EnsembleMLP`: ``E`` independent MLPs with stacked parameters, used for the twin critics of
   SAC and TD3: one call, one backward, one optimizer parameter set. The members are evaluated one
-  after another with ``torch.addmm`` (measured about 1.1x faster per SAC step than one
-  ``torch.baddbmm`` per layer for both members, 1 thread, 256x256, batch 256: the per-member working
-  set stays in the core's L2 cache).
+  after another with ``torch.addmm`` (docs/measurements.md: why not one ``torch.baddbmm``).
 - Mixed precision: under ``torch.autocast`` (the off-policy agents' ``precision="bfloat16"``) the
   hidden layers run in bfloat16 while the output layers run in float32, so Q-values, means and
   log-stds keep float32 resolution.

@@ -13,12 +13,11 @@ the minibatches to the device; on the device, :class:`~digideep.memory.DeviceUni
 draws the indices there and gathers from the memory's device mirror, which the store stage keeps
 equal to the ring, so nothing crosses from host to device per iteration but the stored rows.
 ``auto`` samples on the device when the agent's device is not the CPU; on the CPU the RAM ring is
-the mirror already, and the numpy sampler keeps the CPU runs' draws as they were.
+the mirror already, and the numpy sampler draws from it.
 
 Where actions are computed (``acting_device``): the Explorer asks for one batch of ``W`` actions per
-step, a forward pass of a few small layers. On a GPU each such step is a dozen kernel launches and a
-copy back, all waited for: on one H100 exploring took 0.85 ms a frame, three times what the same
-Explorer took with the agent on a 2-core CPU (docs/gpu.md). With ``host`` the agent acts from a copy
+step, a forward pass of a few small layers; on a GPU that is a dozen kernel launches and a copy back,
+all waited for, every step (docs/measurements.md gives the cost). With ``host`` the agent acts from a copy
 of its policy on the CPU (:attr:`OffPolicyAgent.acting_policy`), refreshed from the trained policy at
 the first action after an update or a load, so every action comes from the weights of the last
 update, as on the device. ``auto`` acts on the host; on the CPU both are the policy itself.
@@ -85,18 +84,14 @@ class OffPolicyAgent(AgentBase):
         updates_per_iteration: gradient steps per ``update()`` call (per stored chunk); the params files
             set it to ``n_steps * num_workers * updates_per_step`` (SB3: ``gradient_steps`` per ``train_freq``).
         learning_starts: transitions the memory must hold (all workers together) before learning starts:
-            the chunk that brings it there is followed by a full ``update()``, so a run makes one
-            chunk of gradient steps more than SB3, which learns once it has collected more than
-            ``learning_starts`` frames (``frames - learning_starts + n_steps`` against ``frames -
-            learning_starts`` when ``learning_starts`` is a multiple of the chunk).
+            the chunk that brings it there is followed by a full ``update()``.
         hidden_sizes: hidden widths of actor and critics.
         data_parallel: wrap networks in ``torch.nn.DataParallel`` when several GPUs are visible.
         seed: seed of the sampler's generator (which transitions are drawn).
         precision: ``"float32"``, or ``"bfloat16"`` to run the hidden layers of the update under
             ``torch.autocast`` (output layers, losses, weights and optimizer stay float32); slightly
             noisier numerics. Faster only where the hardware multiplies bfloat16 natively (CPUs with
-            AMX, CUDA GPUs of compute capability 8.0 or newer); elsewhere it is usually slower
-            (measured 0.4x to 1.5x of float32 on an AMD EPYC with ``avx512_bf16`` but no AMX) and the
+            AMX, CUDA GPUs of compute capability 8.0 or newer); elsewhere it is usually slower and the
             agent warns in one line (:func:`bfloat16_speed_note`).
         update_mode: how :meth:`gradient_step` runs: ``eager``, ``compile``, ``cudagraphs`` (CUDA) or
             ``auto`` (:meth:`auto_update_mode`); :mod:`digideep.agents.update_modes` says what each does.
@@ -342,13 +337,9 @@ class OffPolicyAgent(AgentBase):
         return {}
 
     def auto_update_mode(self) -> tuple[str, str]:
-        """CPU: eager; the compiled SAC step ran at 0.49x of eager on one CPU thread
-        (docs/measurements.md), the matrix products dominate there. CUDA: compile; on one H100 at
-        HalfCheetah sizes SAC ran at 145 (eager), 175 (compile) and 1,494 (cudagraphs) gradient
-        steps/s, TD3 at 237, 230 and 2,424 (docs/gpu.md). ``cudagraphs`` stays opt-in although it is
-        the fastest: a capture fails on an update that reads a value to the host (``.item()``, a
-        branch on a tensor), which a researcher's edit to a loss may add; ``auto`` should try the
-        capture and fall back to eager with one log line, and that needs a GPU to be built and tested on."""
+        """``("eager", why)`` on the CPU, ``("compile", why)`` on CUDA (docs/measurements.md gives the
+        figures behind the rule). ``cudagraphs`` is never chosen: a capture fails on an update that
+        reads a value to the host (``.item()``, a branch on a tensor), which an edit to a loss may add."""
         if self.device.type == "cuda":
             return "compile", "CUDA: compile fuses the step's small kernels; cudagraphs is opt-in"
         return "eager", "CPU: the compiled step measured 0.49x of eager on one thread"
@@ -357,10 +348,9 @@ class OffPolicyAgent(AgentBase):
 def bfloat16_speed_note(device: torch.device) -> str | None:
     """Why ``precision="bfloat16"`` will be slower than float32 on ``device``, or None if it should not.
 
-    CUDA: bfloat16 tensor cores from compute capability 8.0 (Ampere). CPU: only AMX (``amx_bf16``,
-    Intel Sapphire Rapids and later) gives oneDNN a bfloat16 matmul that reliably beats float32 at these
-    sizes; with ``avx512_bf16`` alone (an AMD EPYC here) SAC and TD3 updates ran at 0.4x to 1.5x of
-    float32 depending on the run and the agent; without either, bfloat16 is emulated.
+    CUDA: bfloat16 tensor cores from compute capability 8.0 (Ampere). CPU: only AMX (``amx_bf16``)
+    gives oneDNN a bfloat16 matmul that reliably beats float32 at these sizes; with ``avx512_bf16``
+    alone it is likely slower (docs/measurements.md); without either, bfloat16 is emulated.
     """
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
@@ -382,7 +372,7 @@ def bfloat16_speed_note(device: torch.device) -> str | None:
 
 def resolve_replay_device(replay_device: str, device: torch.device, agent: str) -> str:
     """``host`` or ``device``: where an agent on ``device`` samples its replay (``auto``: ``device``
-    unless ``device`` is the CPU, whose RAM ring is the mirror and whose numpy sampler draws as before).
+    unless ``device`` is the CPU, whose RAM ring is the mirror, drawn by the numpy sampler).
 
     Raises:
         UsageError: an unknown value.

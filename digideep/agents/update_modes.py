@@ -7,8 +7,8 @@ updates inside. :class:`UpdateFunction` runs that same function in one of these 
 
 - ``eager``: plain PyTorch, bit-reproducible run to run and across a resume.
 - ``compile``: ``torch.compile(fn, dynamic=False)``: inductor fuses the forward and the backward into
-  a few kernels (C++ on the CPU, Triton on CUDA). The first calls compile (tens of seconds on the
-  CPU, longer for larger graphs; inductor's on-disk cache shortens later runs). Reproducible run to
+  a few kernels (C++ on the CPU, Triton on CUDA). The first calls compile (inductor's on-disk cache
+  shortens that in later runs). Reproducible run to
   run and across a resume in compile mode, but not bit-identical to eager.
 - ``cudagraphs``: CUDA only. The first :attr:`UpdateFunction.WARMUP` calls of each variant run
   eagerly on a side stream, the next one captures the whole step (forward, backward, optimizer,
@@ -16,8 +16,8 @@ updates inside. :class:`UpdateFunction` runs that same function in one of these 
   static tensors and replays it: one launch per gradient step. The optimizers must be capturable
   (:func:`~digideep.agents.utils.make_adam` with ``capturable=True``). Opt-in: never chosen by ``auto``.
   A step that cannot be captured (it reads a value to the host) stops the run in one line.
-- ``auto``: what measurement says is fastest on the device at hand, per agent (each agent's
-  ``auto_update_mode`` states its rule and the figures behind it); the choice is logged with why.
+- ``auto``: the mode measured fastest on the device at hand, per agent (each agent's
+  ``auto_update_mode`` states its rule, docs/measurements.md the figures); the choice is logged with why.
 
 Variants: keyword arguments that are Python values (e.g. ``actor_step=True``) select a variant;
 ``compile`` specializes on them and ``cudagraphs`` captures one graph per variant and input shape.
@@ -99,8 +99,7 @@ class UpdateFunction:
     compiled update is one more cache entry of the same code, because dynamo guards on the identity of
     the optimizer that the update passes to :func:`~digideep.agents.utils.adam_step` (one to three
     entries per agent: SAC's ``minimize`` frames add theirs). Past the limit dynamo silently runs that
-    code uncompiled for the rest of the process: a tuning study or a test worker trained its later
-    agents eagerly, and a run resumed in a fresh process then computed other numbers."""
+    code uncompiled for the rest of the process; this limit keeps every agent of a process compiled."""
 
     def __init__(self, fn: Callable[..., Metrics], mode: str, name: str) -> None:
         if mode not in ("eager", "compile", "cudagraphs"):

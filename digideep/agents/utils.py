@@ -227,8 +227,8 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
 
     For an initialized ``torch.optim.Adam`` (fused or foreach, no AMSGrad) this calls the documented
     functional form ``torch.optim.adam.adam`` on the optimizer's own state: the same kernel and the
-    same numbers as ``step()``, without its per-call Python bookkeeping (about 0.3 ms per call on
-    one CPU thread, about 5 % of a SAC gradient step at HalfCheetah sizes). Any other optimizer, or
+    same numbers as ``step()``, without its per-call Python bookkeeping (docs/measurements.md gives
+    its cost). Any other optimizer, or
     Adam without its state (not made by :func:`make_adam`), goes through ``step()`` (each ``.grad`` is set for
     it and then put back as it was). Optimizer hooks are not called on the fast path.
 

@@ -1,12 +1,14 @@
 """A REDQ-style SAC (Chen, Wang, Zhou, Ross 2021, "Randomized Ensembled Double Q-Learning"), written
-outside the library as a researcher writes a variant: its losses, then its update, on SAC's extension
+outside the library as a researcher writes a variant: the expressions it changes, on SAC's extension
 points. ``docs/new-agent.md`` walks through it; ``tests/docs/test_examples.py`` trains it in every
 update mode that runs on the machine and resumes it after a kill.
 
 REDQ differs from SAC in three places: an ensemble of ``N`` critics (10 in the paper), a Q target
 that takes the minimum over a random subset of ``M`` of them (2), and an actor that follows the mean
-of all ``N``. Its high update-to-data ratio (20 gradient steps per frame in the paper) is a parameter
-(``updates_per_step``), not code.
+of all ``N``. The first is SAC's ``num_critics``; the other two are the policy's reductions of the
+critics, ``target_q`` and ``actor_q``. The update is SAC's ``gradient_step``, so REDQ trains in every
+``update_mode`` and ``precision`` and logs SAC's metrics. Its high update-to-data ratio (20 gradient
+steps per frame in the paper) is a parameter (``updates_per_step``), not code.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ from typing import Any
 
 import torch
 
-from digideep.agents.off_policy import Transitions
 from digideep.agents.sac import SAC
-from digideep.agents.sac import losses as sac_losses
-from digideep.agents.utils import minimize, polyak_update
+from digideep.agents.sac.policy import SACPolicy
 
 
-# --8<-- [start:losses]
+# --8<-- [start:policy]
 def subset_min(next_q: torch.Tensor, subset: int) -> torch.Tensor:
     """``(B,)`` minimum over a random subset of ``subset`` critics of ``next_q`` ``(B, N)``: REDQ's
     in-target minimization. The subset is drawn with ``torch.rand`` (one draw per step, on the
@@ -30,12 +30,29 @@ def subset_min(next_q: torch.Tensor, subset: int) -> torch.Tensor:
     return next_q[:, chosen].min(dim=-1).values
 
 
-def actor_loss(log_prob: torch.Tensor, q_pi: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """``mean(alpha log pi(a|s) - mean_i Q_i(s, a))``: the actor follows the ensemble's mean."""
-    return (alpha * log_prob - q_pi.mean(dim=-1)).mean()
+class REDQPolicy(SACPolicy):
+    """SAC's networks with REDQ's reductions of the critics.
+
+    Args:
+        *args: :class:`~digideep.agents.sac.policy.SACPolicy` arguments.
+        target_subset: critics in each target's minimum (M).
+        **kwargs: :class:`~digideep.agents.sac.policy.SACPolicy` keyword arguments.
+    """
+
+    def __init__(self, *args: Any, target_subset: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.target_subset = target_subset
+
+    def target_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the minimum over a random subset of ``target_subset`` target critics."""
+        return subset_min(self.q_values(obs, actions, target=True), self.target_subset)
+
+    def actor_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the mean over all critics (weights detached): the actor follows the ensemble."""
+        return self.q_values(obs, actions, detach=True).mean(dim=-1)
 
 
-# --8<-- [end:losses]
+# --8<-- [end:policy]
 
 
 # --8<-- [start:agent]
@@ -55,33 +72,18 @@ class REDQ(SAC):
         self.target_subset = int(target_subset)
         super().__init__(*args, num_critics=num_critics, **params)
 
-    def gradient_step(
-        self, batch: Transitions, noise: torch.Tensor, *, actor_step: bool
-    ) -> dict[str, torch.Tensor]:
-        """One REDQ gradient step: SAC's, with REDQ's target and actor loss."""
-        policy, obs = self.policy, batch.observations
-        alpha = policy.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_actions, next_log_prob = policy.sample(batch.next_observations, noise[0])
-            next_q = policy.q_values(batch.next_observations, next_actions, target=True)  # (B, N)
-            soft_value = subset_min(next_q, self.target_subset) - alpha * next_log_prob
-            target = batch.rewards + self.gamma * (1.0 - batch.terminals) * soft_value
-        q = policy.q_values(obs, batch.actions)
-        qf_loss = sac_losses.critic_loss(q, target)  # every critic regresses on the same target
-        minimize(self.critic_optimizer, qf_loss, self._critic_params)
-        metrics = {"losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean()}
-
-        if actor_step:
-            pi_actions, log_prob = policy.sample(obs, noise[1])
-            q_pi = policy.q_values(obs, pi_actions, detach=True)
-            loss = actor_loss(log_prob, q_pi, alpha)
-            if self.autotune:
-                loss = loss + sac_losses.alpha_loss(policy.log_alpha, log_prob, self.target_entropy)
-            minimize(self.actor_optimizer, loss, self._actor_params)
-            metrics["losses/entropy"] = -log_prob.detach().mean()
-
-        polyak_update(self._target_params, self._critic_params, self.tau)
-        return metrics
+    def build_policy(self) -> REDQPolicy:
+        """SAC's networks (:meth:`SAC.build_policy`'s arguments) as a :class:`REDQPolicy`."""
+        return REDQPolicy(
+            self.obs.dim,
+            self.scaler.dim,
+            self.hidden_sizes,
+            self.num_critics,
+            self.activation,
+            initial_alpha=self.initial_alpha,
+            learn_alpha=self.autotune,
+            target_subset=self.target_subset,
+        )
 
 
 # --8<-- [end:agent]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import profiler
 from docs.examples import cartpole_reinforce, inspect_chunk, pendulum_redq, samplers
-from docs.examples.redq import REDQ
+from docs.examples.redq import REDQ, REDQPolicy
 from docs.examples.reinforce import Reinforce, discounted_returns
 from tests.helpers import assert_same_tensors, assert_same_training
 from tests.pipeline.test_resume import final_state, kill_after_checkpoint, resume_command, run, train_command
@@ -183,28 +185,55 @@ if torch.cuda.is_available():
     UPDATE_MODES.append("cudagraphs")
 
 
+SAC_METRICS = {
+    "losses/qf_loss",
+    "losses/qf_values",
+    "losses/actor_loss",
+    "losses/alpha_loss",
+    "losses/entropy",
+    "charts/alpha",
+}
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 @pytest.mark.parametrize("mode", UPDATE_MODES)
-def test_the_redq_example_trains_in_every_update_mode(tmp_path, mode):
+def test_the_redq_example_trains_in_every_update_mode_and_precision(tmp_path, mode, precision):
     params = pendulum_redq.gen_params(
         apply_cpanel(pendulum_redq.cpanel, {**REDQ_SMALL, "update_mode": mode, "number_epochs": 1})
     )
+    params["agents"]["agent"]["args"]["precision"] = precision
     params["tracking"] = {"enabled": False}
     session = Session(root=tmp_path, name="redq", device="cuda" if mode == "cudagraphs" else "cpu")
     runner = Runner(session, params)
     try:
         agent = runner.agents["agent"]
-        assert isinstance(agent, REDQ) and agent.update_mode == mode
+        assert isinstance(agent, REDQ) and agent.update_mode == mode and agent.precision == precision
         assert len(agent.policy.critic.layer_params()[0][0]) == 4  # num_critics reached SAC's ensemble
-        losses = []
+        metrics = []
         for _ in range(3):  # the stages of three iterations; learning starts in the first
             runner.explore()
             runner.store()
             runner.sample()
-            losses.append(runner.update()["/agents/agent/losses/qf_loss"])
+            metrics.append(runner.update())
     finally:
         runner.close()
         session.close()
-    assert all(np.isfinite(losses)) and agent.updates == 3 * 25
+    assert agent.updates == 3 * 25
+    for step in metrics:  # SAC's metrics, all finite: REDQ trains through SAC's gradient_step
+        assert {key.removeprefix("/agents/agent/") for key in step} == SAC_METRICS
+        assert all(np.isfinite(value) for value in step.values())
+
+
+def test_the_redq_policy_reduces_the_critics_as_redq_does():
+    torch.manual_seed(0)
+    policy = REDQPolicy(3, 1, [16, 16], num_critics=4, target_subset=2)
+    obs, actions = torch.randn(8, 3), torch.rand(8, 1) * 2 - 1
+    with torch.no_grad():
+        q, target_q = policy.q_values(obs, actions), policy.q_values(obs, actions, target=True)
+        torch.testing.assert_close(policy.actor_q(obs, actions), q.mean(dim=-1))  # the ensemble's mean
+        subset_min = policy.target_q(obs, actions)  # the minimum over one random pair of target critics
+    pairs = [target_q[:, list(pair)].amin(dim=-1) for pair in itertools.combinations(range(4), 2)]
+    assert any(torch.equal(subset_min, pair) for pair in pairs)
 
 
 def test_the_redq_example_resumes_after_a_kill_bit_for_bit(tmp_path, run_env):

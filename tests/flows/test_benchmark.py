@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from digideep.baselines.sb3 import sb3_arguments
+from digideep.benchmark.matrix import plan
+from digideep.benchmark.sb3 import sb3_arguments
 from digideep.errors import UsageError
 from digideep.main import cli
 from digideep.pipeline.evaluation import EvaluationProtocol
-from digideep.pipeline.matrix import plan
 
 PROTOCOL = EvaluationProtocol(frame_interval=1000, episodes=5, frame_budget=3000)
 
@@ -122,7 +122,7 @@ def test_an_empty_axis_is_refused():  # (the CLI's argparse refuses an empty --s
 
 
 def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(mlflow_uri):
-    from digideep.baselines.sb3 import train_sb3_cell
+    from digideep.benchmark.sb3 import train_sb3_cell
     from digideep.tracking.trials import benchmark_tags
     from flows.cells import experiment_id
 
@@ -183,7 +183,7 @@ def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_
     """SB3 cells run as tasks of the benchmark's own flow run (here in this process, on the test's
     server; no worker needed); a benchmark run again under its name finds them finished and trains nothing; an unfinished one
     (a crash mid-cell) is deleted and trained again, so one run per cell remains."""
-    from digideep.tracking import benchmarks
+    from digideep.benchmark import records
     from flows.benchmark import benchmark
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
@@ -194,7 +194,7 @@ def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_
     assert first["status"] == "FINISHED" and [c["runs"] for c in first["cells"]] == [1, 1]
     client = MlflowClient(mlflow_uri)
     cell = {"algorithm": "sb3:TD3", "env": "Pendulum-v1", "seed": 1, "variant": "default"}
-    (finished,) = benchmarks.cell_runs(client, "sb3-flow", cell)
+    (finished,) = records.cell_runs(client, "sb3-flow", cell)
     client.set_terminated(finished.info.run_id, "KILLED")  # as if the benchmark died in this cell
 
     second = benchmark(**parameters)
@@ -215,7 +215,7 @@ def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_
 def test_an_sb3_cell_without_sb3_is_refused_naming_the_extra(monkeypatch):
     import sys
 
-    from digideep.baselines.sb3 import check_sb3
+    from digideep.benchmark.sb3 import check_sb3
 
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # import fails as when it is absent
     with pytest.raises(
@@ -256,7 +256,7 @@ def bench_stack(tmp_path_factory, mlflow_uri, fault_markers):
 def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     bench_stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
 ):
-    from digideep.tracking import benchmarks
+    from digideep.benchmark import records
     from tests.flows.test_train_flow import wait
 
     sessions = tmp_path / "sessions"
@@ -295,7 +295,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     assert parent.data.params["eval/frame_budget"] == "150"
     assert _unfinished_task_runs(benchmark_id) == []  # the killed attempt's were crashed by the retry
     for cell in cells:
-        runs = benchmarks.cell_runs(client, name, cell)
+        runs = records.cell_runs(client, name, cell)
         assert len(runs) == 1, (cell, len(runs))  # exactly once, across the kill and the retry
         run = runs[0]
         assert run.info.status == "FINISHED", cell
@@ -312,7 +312,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     for env in envs:
         assert (fault_markers / f"{env}-seed-1-fault").exists()
         cell = {"algorithm": ALGORITHMS[0], "env": env, "seed": 1, "variant": "default"}
-        (run,) = benchmarks.cell_runs(client, name, cell)
+        (run,) = records.cell_runs(client, name, cell)
         session = Path(run.data.tags["digideep.session_path"])
         assert "resuming session" in (session / "log.txt").read_text()
 

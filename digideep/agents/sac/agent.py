@@ -10,9 +10,10 @@ that same function eagerly, compiled or as a CUDA graph (:mod:`digideep.agents.u
 critics are one ensemble (one call, one backward); the actor loss reads them through detached weights,
 so no critic weight gradients are computed for it.
 
-Extension points for a variant: :meth:`SAC.build_policy` (its own networks, e.g. a REDQ-style target
-over a random subset of ``num_critics`` critics) and :meth:`SAC.gradient_step` (its own update);
-``docs/new-agent.md`` shows one.
+A variant overrides an expression, not the update: :meth:`SAC.build_policy` returns its own
+:class:`~digideep.agents.sac.policy.SACPolicy` subclass, whose ``target_q`` and ``actor_q`` reduce the
+critics for the target and for the actor (SAC: their minimum; a REDQ-style variant: the minimum over a
+random subset of ``num_critics`` critics, and their mean). ``docs/new-agent.md`` shows one.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ class SAC(OffPolicyAgent):
         autotune: learn the temperature towards ``target_entropy``.
         target_entropy: entropy target; ``-act_dim`` when None (the SAC paper's heuristic).
         policy_frequency: gradient steps per actor and temperature step (1 in SB3 and the paper).
-        num_critics: critics in the ensemble; the target takes their minimum (2: clipped double Q;
-            SB3 ``n_critics``).
+        num_critics: critics in the ensemble; the target and the actor take their minimum (2: clipped
+            double Q; SB3 ``n_critics``).
         activation: hidden activation.
         **params: :class:`~digideep.agents.off_policy.OffPolicyAgent` arguments (``gamma``, ``tau``,
             ``batch_size``, ``updates_per_iteration``, ``learning_starts``, ``hidden_sizes``,
@@ -111,7 +112,7 @@ class SAC(OffPolicyAgent):
         """The networks: actor, ``num_critics`` critics and their targets, and ``log_alpha``.
 
         A hook for variants: return a :class:`~digideep.agents.sac.policy.SACPolicy` subclass (e.g. one
-        whose target Q-values use a random subset of the critics); the optimizers are built from its
+        whose ``target_q`` takes a random subset of the critics); the optimizers are built from its
         ``actor``, ``critic`` and ``log_alpha``. It runs in the constructor after the settings are stored
         (``self.obs.dim``, ``self.scaler.dim``, ``self.hidden_sizes``, ``self.num_critics``,
         ``self.activation``, ``self.initial_alpha``, ``self.autotune``).
@@ -156,7 +157,7 @@ class SAC(OffPolicyAgent):
             # soft Q target: target critics at the next state and an action of the current policy
             with torch.no_grad():
                 next_actions, next_log_prob = policy.sample(batch.next_observations, noise[0])
-                next_q = policy.q_values(batch.next_observations, next_actions, target=True)
+                next_q = policy.target_q(batch.next_observations, next_actions)  # (B,)
                 target = losses.soft_q_target(
                     batch.rewards, batch.terminals, next_q, next_log_prob, alpha, self.gamma
                 )
@@ -169,7 +170,7 @@ class SAC(OffPolicyAgent):
             # actor against the freshly updated critics (weights detached), and the temperature
             with self.mixed_precision():
                 pi_actions, log_prob = policy.sample(obs, noise[1])
-                q_pi = policy.q_values(obs, pi_actions, detach=True)
+                q_pi = policy.actor_q(obs, pi_actions)  # (B,)
                 actor_loss = loss = losses.actor_loss(log_prob, q_pi, alpha)
                 if self.autotune:
                     alpha_loss = losses.alpha_loss(policy.log_alpha, log_prob, self.target_entropy)

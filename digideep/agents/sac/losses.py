@@ -1,6 +1,8 @@
 """SAC losses (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"), pure functions.
 
-Shapes: ``B`` transitions, ``E`` critics (2 for twin critics). All tensors float32.
+Shapes: ``B`` transitions, ``E`` critics (2 for twin critics). All tensors float32. The targets and
+the actor loss take the critics already reduced to one value per transition
+(:meth:`~digideep.agents.sac.policy.SACPolicy.target_q` and ``actor_q``: their minimum in SAC).
 
 These are the one definition of the losses: the agent's ``gradient_step`` trains with their autograd
 gradients in every ``update_mode``, so an edit here is what trains.
@@ -21,12 +23,12 @@ def soft_q_target(
     alpha: torch.Tensor | float,
     gamma: float,
 ) -> torch.Tensor:
-    """``y = r + gamma (1 - terminal) (min_i Q'_i(s', a') - alpha log pi(a'|s'))``.
+    """``y = r + gamma (1 - terminal) (Q'(s', a') - alpha log pi(a'|s'))``.
 
     Args:
         rewards: ``(B,)``.
         terminals: ``(B,)``, 1.0 where the episode terminated (truncation is not a terminal).
-        next_q: ``(B, E)`` target critics at ``(s', a' ~ pi(s'))``.
+        next_q: ``(B,)`` the target critics at ``(s', a' ~ pi(s'))``, reduced (SAC: their minimum).
         next_log_prob: ``(B,)`` ``log pi(a'|s')``.
         alpha: entropy temperature.
         gamma: discount.
@@ -34,7 +36,7 @@ def soft_q_target(
     Returns:
         ``(B,)`` targets (compute under ``torch.no_grad()``).
     """
-    soft_value = next_q.min(dim=-1).values - alpha * next_log_prob
+    soft_value = next_q - alpha * next_log_prob
     return rewards + gamma * (1.0 - terminals) * soft_value
 
 
@@ -52,17 +54,18 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def actor_loss(log_prob: torch.Tensor, q_pi: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
-    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` with ``a ~ pi(s)`` reparameterized.
+    """``mean(alpha log pi(a|s) - Q(s, a))`` with ``a ~ pi(s)`` reparameterized.
 
     Args:
         log_prob: ``(B,)``.
-        q_pi: ``(B, E)`` critics at the policy's actions (critic weights detached by the caller).
+        q_pi: ``(B,)`` the critics at the policy's actions, reduced (SAC: their minimum), critic
+            weights detached by the caller.
         alpha: entropy temperature, no gradient.
 
     Returns:
         scalar.
     """
-    return (alpha * log_prob - q_pi.min(dim=-1).values).mean()
+    return (alpha * log_prob - q_pi).mean()
 
 
 def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:

@@ -103,6 +103,16 @@ class SACPolicy(PolicyBase):
             return critic(x, critic.detached_params())
         return self.critic(x)
 
+    def target_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the value the soft Q target bootstraps from: the minimum over the target critics
+        (clipped double Q). A variant overrides it (REDQ: the minimum over a random subset)."""
+        return self.q_values(obs, actions, target=True).min(dim=-1).values
+
+    def actor_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the value the actor maximizes: the minimum over the critics, their weights detached
+        so that gradients reach ``actions`` only. A variant overrides it (REDQ: the critics' mean)."""
+        return self.q_values(obs, actions, detach=True).min(dim=-1).values
+
     def generate_actions(
         self, observations: torch.Tensor, hidden_state: torch.Tensor, masks: torch.Tensor, deterministic: bool
     ) -> dict[str, Any]:

@@ -6,8 +6,10 @@ an actor step against the freshly updated first critic (through detached critic 
 the Polyak average of both targets. DDPG (:mod:`digideep.agents.ddpg`) is the special case with one
 critic, no delay and no smoothing, as in SB3. The update is written once, in :meth:`TD3.gradient_step`:
 every loss from :mod:`.losses`, every gradient from autograd, run eagerly, compiled or as a CUDA graph
-by ``update_mode`` (:mod:`digideep.agents.update_modes`). A variant overrides :meth:`TD3.build_policy`
-or :meth:`TD3.gradient_step`.
+by ``update_mode`` (:mod:`digideep.agents.update_modes`). A variant overrides an expression, not the
+update: :meth:`TD3.build_policy` returns its own
+:class:`~digideep.agents.td3.policy.DeterministicPolicy` subclass, whose ``target_q`` and ``actor_q``
+reduce the critics for the target and for the actor.
 
 Defaults follow the paper, SB3 and CleanRL: two critics, ``policy_frequency`` 2, smoothing noise 0.2
 clipped at 0.5, Gaussian exploration noise 0.1, ``lr`` 3e-4 (CleanRL; SB3 uses 1e-3).
@@ -141,7 +143,7 @@ class TD3(OffPolicyAgent):
                     next_actions = losses.smoothed_target_actions(
                         next_actions, noise, self.target_policy_noise, self.target_noise_clip
                     )
-                next_q = policy.q_values(next_obs, next_actions, target=True)
+                next_q = policy.target_q(next_obs, next_actions)  # (B,)
                 target = losses.q_target(batch.rewards, batch.terminals, next_q, self.gamma)
             q = policy.q_values(obs, batch.actions)
             qf_loss = losses.critic_loss(q, target)
@@ -151,7 +153,7 @@ class TD3(OffPolicyAgent):
         if actor_step:
             # deterministic policy gradient through the first critic (weights detached), then targets
             with self.mixed_precision():
-                actor_loss = losses.actor_loss(policy.q1_detached(obs, policy.actor(obs)))
+                actor_loss = losses.actor_loss(policy.actor_q(obs, policy.actor(obs)))
             minimize(self.actor_optimizer, actor_loss, self._actor_params)
             polyak_update(self._target_params, self._online_params, self.tau)
             metrics["losses/actor_loss"] = actor_loss.detach()

@@ -1,6 +1,8 @@
 """TD3 losses (Fujimoto et al. 2018), pure functions; DDPG uses them with one critic.
 
-Shapes: ``B`` transitions, ``E`` critics. All tensors float32.
+Shapes: ``B`` transitions, ``E`` critics. All tensors float32. The target and the actor loss take the
+critics already reduced to one value per transition
+(:meth:`~digideep.agents.td3.policy.DeterministicPolicy.target_q` and ``actor_q``).
 
 These are the one definition of the losses: the agent's ``gradient_step`` trains with their autograd
 gradients in every ``update_mode``, so an edit here is what trains.
@@ -16,18 +18,19 @@ __all__ = ["actor_loss", "critic_loss", "q_target", "smoothed_target_actions"]
 def q_target(
     rewards: torch.Tensor, terminals: torch.Tensor, next_q: torch.Tensor, gamma: float
 ) -> torch.Tensor:
-    """``y = r + gamma (1 - terminal) min_i Q'_i(s', mu'(s'))``.
+    """``y = r + gamma (1 - terminal) Q'(s', mu'(s'))``.
 
     Args:
         rewards: ``(B,)``.
         terminals: ``(B,)``, 1.0 where the episode terminated (truncation is not a terminal).
-        next_q: ``(B, E)`` target critics at the next state and the target actor's action.
+        next_q: ``(B,)`` the target critics at the next state and the target actor's action, reduced
+            (TD3: their minimum).
         gamma: discount.
 
     Returns:
         ``(B,)`` targets (compute under ``torch.no_grad()``).
     """
-    return rewards + gamma * (1.0 - terminals) * next_q.min(dim=-1).values
+    return rewards + gamma * (1.0 - terminals) * next_q
 
 
 def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -44,11 +47,11 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
-    """``-mean Q_1(s, mu(s))``: the deterministic policy gradient through the first critic.
+    """``-mean Q(s, mu(s))``: the deterministic policy gradient (TD3: through the first critic).
 
     Args:
-        q_pi: ``(B,)`` or ``(B, 1)`` first critic at the actor's actions (critic weights detached by the
-            caller).
+        q_pi: ``(B,)`` the critics at the actor's actions, reduced (TD3: the first one), critic weights
+            detached by the caller.
 
     Returns:
         scalar.

@@ -54,10 +54,16 @@ class DeterministicPolicy(PolicyBase):
         x = torch.cat([obs, actions], dim=-1)
         return self.critic_target(x) if target else self.critic(x)
 
-    def q1_detached(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``(B, 1)`` first critic with detached weights: gradients reach ``actions`` only."""
+    def target_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the value the target bootstraps from: the minimum over the target critics (clipped
+        double Q; the one critic in DDPG). A variant overrides it."""
+        return self.q_values(obs, actions, target=True).min(dim=-1).values
+
+    def actor_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the value the actor maximizes: the first critic alone, its weights detached so that
+        gradients reach ``actions`` only. A variant overrides it (e.g. the mean over the critics)."""
         critic: EnsembleMLP = self.unwrapped("critic")  # type: ignore[assignment]
-        return critic.member(0, torch.cat([obs, actions], dim=-1), detach=True)
+        return critic.member(0, torch.cat([obs, actions], dim=-1), detach=True).squeeze(-1)
 
     def generate_actions(
         self, observations: torch.Tensor, hidden_state: torch.Tensor, masks: torch.Tensor, deterministic: bool

@@ -1,7 +1,7 @@
 """A benchmark matrix: algorithms x environments x seeds x variants, each cell one run.
 
 An *algorithm* is a parameter file (``params.pendulum_sac``) or a Stable-Baselines3 reference
-(``sb3:SAC``, :mod:`digideep.baselines.sb3`); a *variant* is a named set of cpanel overrides (an
+(``sb3:SAC``, :mod:`digideep.benchmark.sb3`); a *variant* is a named set of cpanel overrides (an
 ablation; ``default`` has none). Every cell gets the same frame budget and evaluation protocol
 (:mod:`digideep.pipeline.evaluation`): a parameter file's cell has them as cpanel overrides
 (``number_epochs``, ``test_interval``, ``test_episodes``) computed from its own epoch's frames, and
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from digideep.baselines.sb3 import check_sb3, is_sb3, sb3_arguments
+from digideep.benchmark.sb3 import check_sb3, is_sb3, sb3_arguments
 from digideep.errors import UsageError
 from digideep.pipeline.evaluation import EvaluationProtocol, frames_per_epoch, whole_epochs
 from digideep.pipeline.params import load_params_module, resolve_params
@@ -80,7 +80,7 @@ def plan(
     Raises:
         UsageError: an empty axis, an unknown parameter file, environment or cpanel key, or a budget
             or interval that is not whole epochs (one line). An SB3 cell takes the knobs of
-            :data:`~digideep.baselines.sb3.SB3_KNOBS` from ``base_cpanel`` and its variant and leaves
+            :data:`~digideep.benchmark.sb3.SB3_KNOBS` from ``base_cpanel`` and its variant and leaves
             the others to the parameter files.
     """
     variants = dict(variants) if variants else {DEFAULT_VARIANT: {}}

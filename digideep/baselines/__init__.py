@@ -1,1 +1,0 @@
-"""Reference implementations trained under digideep's evaluation protocol, as benchmark cells."""
