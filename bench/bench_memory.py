@@ -3,7 +3,7 @@
     python bench/bench_memory.py                      # capacity 1,000,000, HalfCheetah sizes
     python bench/bench_memory.py --capacity 200000    # quicker
     python bench/bench_memory.py --compression        # also compare Zarr compressors
-    python bench/bench_memory.py --undo-only --capacity 200000   # only the undo area's cost
+    python bench/bench_memory.py --retention-only --capacity 200000   # the log's size on disk
     python bench/bench_memory.py --checksum-only --capacity 200000   # the chunks' crc32c, CPU time
     python bench/bench_memory.py --write-behind-only --s3 --capacity 100000   # store, checkpoint,
                                                       # resume of 1M rows, disk and S3, before/after
@@ -20,10 +20,10 @@ Measured on the 2-core development machine (capacity 1,000,000, 180 MB raw): sto
 rows 25-65 ms, load 0.2-0.8 s, peak RAM 1.09 x (store + flush) and 1.20 x (load) the raw size;
 disk mode: store 14 ms (about 1000 x), sample 256 in 55-70 ms (about 1500 x ram mode).
 
-The undo area (what keeps the newest checkpoint exact, see ``digideep.memory.durable.undo``) is measured
-against a memory without a checkpoint anchor, alternating the two on the same chunks: the flush of
-50,000 rows that overwrite the anchor's rows, then ``checkpoint_committed`` (which deletes the
-area), and the area's size on disk (``--undo-only``). Figures are in ``docs/memory.md``.
+The log's size on disk (``--retention-only``): a memory of ``--capacity`` rows checkpointed every
+50,000 rows, the newest 3 checkpoints kept (``checkpoint_committed(keep=3)``, as the Runner does
+with ``keep_checkpoints: 3``), against the raw size of the capacity plus the rows stored since the
+oldest kept checkpoint. Figures are in ``docs/memory.md``.
 
 The store stage, the checkpoint and the resume (``--write-behind-only``; ``--s3`` adds a moto S3
 server on 127.0.0.1, started as ``tests/s3.py`` does): a training loop stores one 1,000-step chunk
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import platform
@@ -81,7 +82,9 @@ SAMPLE_KEYS = [
     "/truncations",
 ]
 ROW_BYTES = 4 * sum(FEATURES.values())
-BEFORE = "ceb7a43"  # the write-behind memory before chunk capping and whole-chunk undo copies
+# the Runner's retention (keep_checkpoints: 3), where the memory under test takes it (the log does)
+KEEP = {"keep": 3} if "keep" in inspect.signature(Memory.checkpoint_committed).parameters else {}
+BEFORE = "fded901"  # the memory before the log: a Zarr ring rewritten in place, with an undo area
 
 
 def make_chunk(rng: np.random.Generator, workers: int, rows: int) -> dict[str, np.ndarray]:
@@ -229,46 +232,27 @@ def bench_disk(root: Path, capacity: int) -> None:
     )
 
 
-def bench_undo(root: Path, capacity: int, repeats: int = 5) -> None:
-    """Flush cost and disk use of the undo area: anchored memory (as the Runner runs it) vs none."""
+def bench_retention(root: Path, capacity: int, keep: int = 3, every: int = 50_000) -> None:
+    """Bytes of the log on disk once the ring wrapped twice, checkpoints every ``every`` rows, ``keep`` kept."""
     rng = np.random.default_rng(5)
-    plain = Memory(root / "plain.zarr", num_workers=1, capacity=capacity)
-    anchored = Memory(root / "anchored.zarr", num_workers=1, capacity=capacity)
-    chunks = [make_chunk(rng, 1, 1001) for _ in range(capacity // 1000 + 1)]
-    for memory in (plain, anchored):
-        for chunk in chunks:
-            memory.store(chunk)
-        memory.flush()
-    anchored.checkpoint_committed()
-    times: dict[str, list[float]] = {"plain": [], "anchored": [], "committed": []}
-    undo_bytes = 0
-    for _ in range(repeats):
-        batch = [make_chunk(rng, 1, 1001) for _ in range(50)]  # 50,000 rows over the anchor's
-        for memory in (plain, anchored):
-            for chunk in batch:
-                memory.store(chunk)
-        start = time.perf_counter()
-        plain.flush()
-        times["plain"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        anchored.flush()
-        times["anchored"].append(time.perf_counter() - start)
-        undo_bytes = sum(
-            p.stat().st_size for p in (root / "anchored.zarr" / "_undo").rglob("*") if p.is_file()
-        )
-        start = time.perf_counter()
-        anchored.checkpoint_committed()
-        times["committed"].append(time.perf_counter() - start)
-    plain_flush, flush, committed = (float(np.median(times[k])) for k in ("plain", "anchored", "committed"))
+    chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
+    memory = Memory(root / "retention.zarr", num_workers=1, capacity=capacity)
+    stored = 0
+    while stored < 2 * capacity + every * keep:
+        memory.store(chunks[(stored // 1000) % len(chunks)])
+        stored += 1000
+        if stored % every == 0:
+            memory.flush()
+            memory.checkpoint_committed(keep=keep)
+    memory.close()
+    rows = (root / "retention.zarr").rglob("*")
+    size = sum(p.stat().st_size for p in rows if p.is_file())
+    since = stored - (stored // every - keep + 1) * every  # rows stored since the oldest kept checkpoint
+    bound = (capacity + since) * ROW_BYTES
     print(
-        f"{'flush 50,000 rows, no anchor (baseline)':<46} {plain_flush * 1e3:10.3f} ms\n"
-        f"{'flush 50,000 rows with the undo copy':<46} {flush * 1e3:10.3f} ms   "
-        f"{flush / plain_flush:6.2f} x baseline\n"
-        f"{'  + checkpoint_committed (drops the area)':<46} {(flush + committed) * 1e3:10.3f} ms   "
-        f"{(flush + committed) / plain_flush:6.2f} x baseline\n"
-        f"{'undo area on disk after that flush':<46} {undo_bytes / 1e6:10.1f} MB   "
-        f"{undo_bytes / (50_000 * ROW_BYTES):6.2f} x the 50,000 rows' raw size; at most one ring "
-        f"({capacity * ROW_BYTES / 1e6:.1f} MB), deleted at the next checkpoint",
+        f"{'log on disk, ' + f'{keep} checkpoints kept':<46} {size / 1e6:10.1f} MB   "
+        f"{size / bound:6.2f} x the raw size of the capacity plus the {since:,} rows stored since the "
+        f"oldest kept checkpoint ({bound / 1e6:.1f} MB)",
         flush=True,
     )
 
@@ -300,7 +284,7 @@ def training_loop(
                 backlog.append(time.perf_counter() - start)
             start = time.perf_counter()
             memory.flush()
-            memory.checkpoint_committed()
+            memory.checkpoint_committed(**KEEP)
             checkpoints.append(time.perf_counter() - start)
     return stores, checkpoints
 
@@ -377,7 +361,7 @@ def before_tree(rev: str, root: Path) -> Path:
         ["git", "-C", str(repo), "archive", rev, "digideep"], capture_output=True, check=True
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    if not (tree / "digideep" / "memory" / "location.py").exists():
+    if not any((tree / "digideep" / where / "location.py").exists() for where in ("memory", "storage")):
         raise SystemExit(f"--before {rev}: that revision cannot write to a URL; pick one after the split")
     return tree
 
@@ -537,7 +521,7 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
     stores of 1,000-step chunks filling the ring (written in ``store``, no background thread), the
     flush and the checkpoint. Read: a new memory restoring that checkpoint (a resume).
     """
-    import digideep.memory.durable.zarr_group as zarr_group
+    import digideep.memory.log as zarr_log
     from digideep.memory import layout
 
     rng = np.random.default_rng(8)
@@ -546,7 +530,7 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
     times: dict[str, dict[str, list[float]]] = {name: {"write": [], "read": []} for name in variants}
     for repeat in range(repeats):
         for name, codecs in variants.items():
-            zarr_group.compressors = codecs
+            zarr_log.compressors = codecs
             path = root / f"checksum-{repeat}-{name.replace(' ', '-')}.zarr"
             start = time.process_time()
             memory = Memory(path, num_workers=1, capacity=capacity, write_behind=False)
@@ -560,8 +544,8 @@ def bench_checksum(root: Path, capacity: int, repeats: int = 5) -> None:
             with Memory(path, num_workers=1, capacity=capacity) as resumed:
                 resumed.restore(state)
             times[name]["read"].append(time.process_time() - start)
-            shutil.rmtree(path, ignore_errors=True)  # (the undo area is deleted in the background)
-    zarr_group.compressors = layout.compressors
+            shutil.rmtree(path, ignore_errors=True)
+    zarr_log.compressors = layout.compressors
     for what in ("write", "read"):
         best = {name: min(figures[what]) for name, figures in times.items()}
         print(
@@ -583,9 +567,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--compression", action="store_true", help="also compare Zarr compressors")
     parser.add_argument("--skip-disk", action="store_true")
-    parser.add_argument(
-        "--undo-only", action="store_true", help="only the undo area's flush cost and disk use"
-    )
+    parser.add_argument("--retention-only", action="store_true", help="only the log's size on disk")
     parser.add_argument(
         "--checksum-only", action="store_true", help="only the chunks' crc32c: write and read CPU time"
     )
@@ -625,8 +607,8 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {cpu_flags()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
         root = Path(tmp)
-        if args.undo_only:
-            bench_undo(root, args.capacity)
+        if args.retention_only:
+            bench_retention(root, args.capacity)
             return
         if args.checksum_only:
             bench_checksum(root, args.capacity)
@@ -662,7 +644,7 @@ def main() -> None:
         bench_peak(root, args.capacity)
         if not args.skip_disk:
             bench_disk(root, args.capacity)
-        bench_undo(root, args.capacity)
+        bench_retention(root, args.capacity)
         if args.compression:
             bench_compression(root, args.capacity)
 

@@ -237,9 +237,9 @@ def flip_low_bit(file: Path, rng: random.Random, align: int = 4) -> int:
 
 
 def damage_chunk(trial: Trial) -> str:
-    """A low bit flipped in a random chunk file of the replay memory (its arrays, not its undo area)."""
+    """A low bit flipped in a random chunk file of the replay memory's log (rows or final presteps)."""
     store = trial.session / "memory" / "train.zarr"
-    chunks = sorted(f for f in store.rglob("c/**/*") if f.is_file() and "_undo" not in f.parts)
+    chunks = sorted(f for f in store.rglob("c/**/*") if f.is_file())
     file = trial.rng.choice(chunks)
     offset = flip_low_bit(file, trial.rng)
     return f"bit flipped at byte {offset} of {file.relative_to(store)}"

@@ -103,14 +103,12 @@ def _same_histories(reference: dict, resumed: dict, stop_steps: set[int]) -> Non
 
 
 def snapshot(session: Path) -> dict[str, str]:
-    """``{relative path: sha1}`` of what a resume needs in ``session`` (logs aside, and undo areas
-    already renamed for deletion, ``_undo-deleted-*``, which any command opening the memory deletes)."""
+    """``{relative path: sha1}`` of what a resume needs in ``session`` (logs aside)."""
     kept = ("checkpoints", "memory", "metrics.jsonl", "session.json", "params.json")
     files = [
         f for name in kept for f in ([session / name, *list((session / name).rglob("*"))]) if f.is_file()
     ]
-    kept_files = [f for f in files if not any(part.startswith("_undo-deleted-") for part in f.parts)]
-    return {str(f.relative_to(session)): hashlib.sha1(f.read_bytes()).hexdigest() for f in kept_files}
+    return {str(f.relative_to(session)): hashlib.sha1(f.read_bytes()).hexdigest() for f in files}
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> str | None:

@@ -30,9 +30,9 @@ _KINDS = "biufc"
 
 
 class DamagedMemoryError(ValueError):
-    """The memory's Zarr group changed on disk after it was written: a chunk fails its checksum or
-    does not decode, the commit record fails its own, or an array differs from what the record lists
-    (see :func:`digideep.memory.durable.integrity.damaged_chunks`)."""
+    """The memory's Zarr log changed on disk after it was written: a chunk is missing, fails its
+    checksum or does not decode, the commit record fails its own, or an array differs from what the
+    record lists (:mod:`digideep.memory.log`)."""
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,7 @@ def compressors(compression: str | None, spec: KeySpec | None = None) -> tuple:
 
     The checksum comes last, so it covers the bytes as stored: zarr checks it whenever it reads the
     chunk, and a chunk damaged on disk (a flipped bit, a file overwritten) fails its read instead of
-    training on other data (see :func:`digideep.memory.durable.integrity.damaged_chunks`). It costs about
-    0.2 ms per 4 MiB chunk (``google-crc32c``, which zarr depends on).
+    training on other data (:mod:`digideep.memory.log`).
     """
     return (*_compression(compression, spec), zarr.codecs.Crc32cCodec())
 

@@ -11,7 +11,6 @@ first request and returns the same one later) and keeps it equal to its RAM ring
   :meth:`~digideep.memory.Memory.store` copies just the rows it wrote (the store stage fills it).
 
 The mirror holds no state of its own: it is derived from the ring, so checkpoints never hold it.
-A Zarr-only memory (``mode="disk"``) has no RAM ring to mirror and refuses.
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 
-from digideep.memory.storage import Pieces, Storage
+from digideep.memory.ring import Pieces, Ring
 
 __all__ = ["DeviceMirror"]
 
@@ -30,10 +28,10 @@ logger = logging.getLogger(__name__)
 
 
 class DeviceMirror:
-    """The rings of ``keys`` of a storage on ``device``, kept equal to the storage's RAM rings.
+    """The rings of some keys of a memory's :class:`~digideep.memory.ring.Ring` on ``device``, kept equal to them.
 
     Args:
-        storage: the memory's storage; its ``array(key)`` must be a numpy ring (``mode="ram"``).
+        ring: the memory's RAM ring.
         device: where the mirror lives; ``cpu`` shares the ring's memory (no copy).
         name: the memory's, shown in messages.
         copy: keep a copy that stores fill (default: on every device but the CPU). ``True`` on the
@@ -43,10 +41,8 @@ class DeviceMirror:
         rings: ``{key: (W, C, *row_shape) tensor}`` in the ring's dtype, on ``device``.
     """
 
-    def __init__(
-        self, storage: Storage, device: torch.device | str, name: str, copy: bool | None = None
-    ) -> None:
-        self.storage, self.device, self.name = storage, torch.device(device), name
+    def __init__(self, ring: Ring, device: torch.device | str, name: str, copy: bool | None = None) -> None:
+        self.ring, self.device, self.name = ring, torch.device(device), name
         self.copy = self.device.type != "cpu" if copy is None else bool(copy)
         self.rings: dict[str, torch.Tensor] = {}
         self._flat: dict[str, torch.Tensor] = {}
@@ -59,7 +55,7 @@ class DeviceMirror:
 
     def refill(self) -> None:
         """Fill every mirrored key from the ring again (after the memory returned to a saved state,
-        whose storage may hold new arrays)."""
+        whose ring may hold new arrays)."""
         for key in list(self.rings):
             self._fill(key)
 
@@ -68,7 +64,7 @@ class DeviceMirror:
         if not self.copy:
             return
         for key, tensor in self.rings.items():
-            ring = self.storage.array(key)
+            ring = self.ring.arrays[key]
             for start, stop, _ in pieces:
                 tensor[:, start:stop].copy_(torch.from_numpy(ring[:, start:stop]))
 
@@ -87,12 +83,7 @@ class DeviceMirror:
         return flat.index_select(0, index)
 
     def _fill(self, key: str) -> None:
-        ring = self.storage.array(key)
-        if not isinstance(ring, np.ndarray):
-            raise ValueError(
-                f"memory '{self.name}' reads Zarr (mode 'disk'): it has no RAM ring to mirror on "
-                f"{self.device}; sample it on the host (the agent's replay_device: host)"
-            )
+        ring = self.ring.arrays[key]
         host = torch.from_numpy(ring)
         tensor = host.to(self.device, copy=True) if self.copy else host
         self.rings[key] = tensor

@@ -3,33 +3,24 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from digideep.memory import frames
 from digideep.memory.layout import KeySpec, validate_chunk
+from digideep.memory.log import Readback
 from digideep.memory.ring import RingState
-from digideep.memory.storage import PreparedRestore
 
 __all__ = ["RolloutMemory"]
 
 
 class RolloutMemory:
-    """Holds the latest ``keep`` chunks as they came from the Explorer.
-
-    ``store`` keeps a reference to the chunk's arrays: no copy, O(number of keys), except for stacked
-    uint8 frames (Atari's ``(4, 84, 84)``), which with ``frames=True`` are held one frame per row and
-    rebuilt bit-identically on read (:mod:`digideep.memory.frames`: 7 KB instead of 56 KB a
-    transition for Atari's observations and next observations). The Explorer returns fresh arrays on
-    every ``update()``, so nothing it does later changes a stored chunk; treat the arrays read from
-    here as read-only (units that transform them return new arrays). Keys may differ between
-    chunks; a key's dtype and row shape may not.
-
-    It has ``flush``/``load``/``state_dict`` like :class:`~digideep.memory.memory.Memory` so the
-    Runner treats every memory alike, but it keeps nothing on disk: after a resume the next
-    ``explore()`` refills it, which is what an on-policy agent needs anyway.
+    """Holds the latest ``keep`` chunks by reference (the Explorer returns fresh arrays each time; read
+    them as read-only), stacked uint8 frames (Atari's) one frame per row, rebuilt exactly on read
+    (:mod:`~digideep.memory.frames`). Nothing is kept on disk: after a resume the next explore
+    refills it, which is what an on-policy agent needs.
 
     Args:
         num_workers: the explorer's worker count; every chunk must have it.
@@ -125,13 +116,16 @@ class RolloutMemory:
         self._chunks.append(frames.encode_chunk(chunk) if self.frames else dict(chunk))
         self._stored += 1
 
+    def guard_writes(self, guard: Callable[[], None]) -> None:
+        """Nothing is written behind the training thread: ``guard`` is never called."""
+
     def flush(self) -> None:
         """Nothing to write: a rollout memory is not persisted."""
 
     def load(self) -> None:
         """Nothing to read: a rollout memory is not persisted (it starts empty after a resume)."""
 
-    def checkpoint_committed(self, state: Mapping[str, int] | None = None) -> None:
+    def checkpoint_committed(self, state: Mapping[str, int] | None = None, keep: int = 0) -> None:
         """Nothing to keep: a rollout memory is not persisted."""
 
     def close(self) -> None:
@@ -144,10 +138,10 @@ class RolloutMemory:
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self._stored = int(state["stored"])
 
-    def prepare_restore(self, state: Mapping[str, int]) -> PreparedRestore:
+    def prepare_restore(self, state: Mapping[str, int]) -> Readback:
         """Nothing to read or check: the restore gives the checkpoint's counters (whole, no ring)."""
-        return PreparedRestore(RingState(), RingState())
+        return Readback(RingState(), RingState())
 
-    def restore(self, state: Mapping[str, int], prepared: PreparedRestore | None = None) -> None:
+    def restore(self, state: Mapping[str, int], prepared: Readback | None = None) -> None:
         """Return to a checkpoint's counters (the chunks are not kept: the next explore refills it)."""
         self.load_state_dict(state)

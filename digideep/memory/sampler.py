@@ -24,24 +24,50 @@ Example (off-policy, with a NaN check injected)::
     # the same, typed:
     sampler = UniformTransitions(batch_size=256, num_batches=1000, keys=["/observations", ...], seed=0)
     sampler.insert(1, check_nan)
+
+Units: sources take a memory (:func:`get_last_chunk`, :func:`uniform_transitions`,
+:func:`device_uniform_transitions`); transforms take and return a flat dict of arrays, numpy or
+torch alike (:func:`select_keys`, :func:`drop_final_prestep`, :func:`flatten_first_two`;
+:func:`minibatch_iterator` returns an iterator of minibatches: put it last). Debug units
+(:func:`inspect_shapes`, :func:`check_nan`, :func:`chunk_stats`) return their input unchanged and
+take a dict or an iterator of them (checked item by item); ``check_nan`` checks tensors where they
+are (one device sync per key), ``chunk_stats`` copies them to the host.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import torch
 
-from digideep.memory.units import device_uniform_transitions, get_last_chunk, uniform_transitions
+from digideep.utility.monitoring import monitor
 
-__all__ = ["DeviceUniformTransitions", "LastChunk", "Sampler", "UniformTransitions", "Unit"]
+__all__ = [
+    "DeviceUniformTransitions",
+    "LastChunk",
+    "Sampler",
+    "UniformTransitions",
+    "Unit",
+    "check_nan",
+    "chunk_stats",
+    "device_uniform_transitions",
+    "drop_final_prestep",
+    "flatten_first_two",
+    "get_last_chunk",
+    "inspect_shapes",
+    "minibatch_iterator",
+    "select_keys",
+    "uniform_transitions",
+]
 
 logger = logging.getLogger(__name__)
 
 Unit = Callable[[Any, dict[str, Any]], Any]
+Batch = dict[str, np.ndarray]
 
 
 class Sampler:
@@ -95,7 +121,7 @@ class Sampler:
 class UniformTransitions(Sampler):
     """Off-policy: ``num_batches`` batches of ``batch_size`` transitions drawn uniformly, with replacement.
 
-    The :func:`~digideep.memory.units.uniform_transitions` unit with typed settings; ``sampler(memory)``
+    The :func:`uniform_transitions` unit with typed settings; ``sampler(memory)``
     returns ``{key: (num_batches, batch_size, *row_shape)}`` plus ``"/indices"``.
 
     Args:
@@ -208,3 +234,261 @@ def _transitions_info(
         )
     keys = None if keys is None else list(keys)
     return {"batch_size": int(batch_size), "num_batches": int(num_batches), "keys": keys, "seed": seed}
+
+
+# -- units: sources (take a memory) and transforms (take a flat dict of arrays) ------------------
+
+
+def get_last_chunk(memory: Any, info: dict[str, Any]) -> Batch:
+    """The memory's latest chunk (``RolloutMemory`` or ``Memory``): ``(W, T + 1, ...)`` per key.
+
+    Arrays are the memory's own (no copy): units after this one must not write into them. The last
+    row is the final prestep; its transition entries are NaN placeholders. No ``info`` entries.
+    """
+    return dict(memory.last_chunk())
+
+
+def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
+    """Draw transitions uniformly over every worker's valid rows, with replacement.
+
+    ``num_batches * batch_size`` (worker, row) pairs come from one draw; each key is read with one
+    fancy-index operation. The final prestep row is never drawn, so ``/next_observations``,
+    ``/rewards``, ``/terminals`` and ``/truncations`` of a sampled row are real.
+
+    info:
+        batch_size (int): transitions per batch.
+        num_batches (int, default 1): batches drawn at once (e.g. one per gradient step).
+        keys (list[str] | None, default all): keys to read.
+        rng (np.random.Generator): added by the Sampler.
+
+    Returns:
+        ``{key: (num_batches, batch_size, *row_shape)}`` in the memory's dtypes, plus
+        ``"/indices": (num_batches, batch_size, 2) int64`` holding (worker, physical row).
+
+    Raises:
+        ValueError: if the memory holds no transition yet.
+    """
+    batch_size, num_batches, size, keys = _draw_sizes("uniform_transitions", memory, info)
+    draws = info["rng"].integers(0, memory.num_workers * size, num_batches * batch_size)
+    workers, logical = np.divmod(draws, size)
+    rows = memory.physical_rows(logical)
+    batch = {}
+    for key in keys:
+        values = memory.gather(key, workers, rows)
+        batch[key] = values.reshape(num_batches, batch_size, *values.shape[1:])
+    batch["/indices"] = np.stack((workers, rows), axis=-1).reshape(num_batches, batch_size, 2)
+    return batch
+
+
+def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """:func:`uniform_transitions` on a torch device: drawn by a ``torch.Generator`` there, gathered
+    from the memory's device mirror (:meth:`~digideep.memory.Memory.mirror`), no host copy.
+
+    The same distribution as :func:`uniform_transitions` (uniform, with replacement, over every
+    worker's valid rows, never the final prestep), from another random stream.
+
+    info:
+        batch_size (int), num_batches (int, default 1), keys (list[str] | None, default all): as in
+            :func:`uniform_transitions`.
+        device (torch.device): where the mirror lives and the batch is returned.
+        generator (torch.Generator): on ``device``; added by :class:`~digideep.memory.DeviceUniformTransitions`.
+
+    Returns:
+        ``{key: (num_batches, batch_size, *row_shape)}`` tensors on ``device`` in the memory's dtypes,
+        plus ``"/indices": (num_batches, batch_size, 2) int64`` holding (worker, physical row).
+
+    Raises:
+        ValueError: if the memory holds no transition yet, or reads Zarr (``mode="disk"``).
+    """
+    batch_size, num_batches, size, keys = _draw_sizes("device_uniform_transitions", memory, info)
+    device = torch.device(info["device"])
+    mirror = memory.mirror(device, keys)
+    count = num_batches * batch_size
+    draws = torch.randint(0, memory.num_workers * size, (count,), generator=info["generator"], device=device)
+    workers, logical = draws.div(size, rounding_mode="floor"), draws.remainder(size)
+    rows = memory.physical_rows(logical)
+    index = workers * memory.capacity + rows
+    batch = {}
+    for key in keys:
+        values = mirror.gather(key, index)
+        batch[key] = values.view(num_batches, batch_size, *values.shape[1:])
+    batch["/indices"] = torch.stack((workers, rows), dim=-1).view(num_batches, batch_size, 2)
+    return batch
+
+
+def _draw_sizes(unit: str, memory: Any, info: dict[str, Any]) -> tuple[int, int, int, list[str]]:
+    """``batch_size``, ``num_batches``, the memory's valid rows per worker and the keys to read.
+
+    Raises:
+        ValueError: the memory holds no transition yet.
+    """
+    if memory.size <= 0:
+        raise ValueError(
+            f"{unit}: the memory holds no transition yet; store a chunk first "
+            "(with warm_start, explore before the first update)"
+        )
+    keys = info.get("keys") or memory.keys()
+    return int(info["batch_size"]), int(info.get("num_batches", 1)), int(memory.size), keys
+
+
+def select_keys(data: Batch, info: dict[str, Any]) -> Batch:
+    """Keep ``info["keys"]`` (list of keys; ``"/indices"`` is kept when present)."""
+    missing = [key for key in info["keys"] if key not in data]
+    if missing:
+        raise KeyError(f"select_keys: keys {missing} are not in the data; it holds {list(data)}")
+    keep = {key: data[key] for key in info["keys"]}
+    if "/indices" in data:
+        keep["/indices"] = data["/indices"]
+    return keep
+
+
+def drop_final_prestep(data: Batch, info: dict[str, Any]) -> Batch:
+    """``(W, T + 1, ...)`` -> ``(W, T, ...)``: drop the final prestep row (views, no copy).
+
+    Use it after the units that need the final prestep (bootstrapped returns). No ``info`` entries.
+    """
+    return {key: value[:, :-1] for key, value in data.items()}
+
+
+def flatten_first_two(data: Batch, info: dict[str, Any]) -> Batch:
+    """``(A, B, ...)`` -> ``(A * B, ...)`` for every key (a view when the array allows it)."""
+    return {
+        key: value.reshape(value.shape[0] * value.shape[1], *value.shape[2:]) for key, value in data.items()
+    }
+
+
+def minibatch_iterator(data: Batch, info: dict[str, Any]) -> Iterator[Batch]:
+    """Shuffled minibatches of a flattened rollout ``{key: (N, ...)}``, for ``epochs`` passes.
+
+    info:
+        num_minibatches (int): minibatches per epoch (sizes differ by at most one); or
+        minibatch_size (int): rows per minibatch (the last of an epoch may be smaller).
+        epochs (int, default 1): passes over the data, each with a fresh permutation.
+        rng (np.random.Generator): added by the Sampler.
+
+    Returns:
+        An iterator of ``{key: (n, ...)}`` dicts (fancy-indexed copies), each with
+        ``"/indices": (n,) int64``, the rows of the flattened data it holds.
+    """
+    lengths = {len(value) for value in data.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"minibatch_iterator: keys have different lengths {sorted(lengths)}; flatten first")
+    (total,) = lengths
+    if "num_minibatches" in info:
+        count = int(info["num_minibatches"])
+        if not 1 <= count <= total:
+            raise ValueError(f"minibatch_iterator: num_minibatches={count} must be in [1, {total}]")
+        bounds = np.linspace(0, total, count + 1).astype(np.int64)
+    elif "minibatch_size" in info:
+        bounds = np.r_[np.arange(0, total, int(info["minibatch_size"])), total]
+    else:
+        raise KeyError("minibatch_iterator: give info['num_minibatches'] or info['minibatch_size']")
+    epochs = int(info.get("epochs", 1))
+    rng: np.random.Generator = info["rng"]
+
+    def generate() -> Iterator[Batch]:
+        for _ in range(epochs):
+            order = rng.permutation(total)
+            for lo, hi in pairwise(bounds):
+                index = order[lo:hi]
+                minibatch = {key: value[index] for key, value in data.items()}
+                minibatch["/indices"] = index
+                yield minibatch
+
+    return generate()
+
+
+# -- debug units: return their input unchanged (numpy arrays or torch tensors on any device) ------
+
+
+def _floating(value: np.ndarray | torch.Tensor) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() or value.is_complex()
+    return value.dtype.kind in "fc"
+
+
+def _host(value: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A numpy array of ``value`` (a tensor is copied to the host)."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+
+
+def _each(data: Any, check: Callable[[Batch], None]) -> Any:
+    if isinstance(data, Mapping):
+        check(data)
+        return data
+
+    def checked() -> Iterator[Batch]:
+        for item in data:
+            check(item)
+            yield item
+
+    return checked()
+
+
+def inspect_shapes(data: Any, info: dict[str, Any]) -> Any:
+    """Log every key's shape and dtype at INFO level (``info["debug_tag"]`` prefixes the line)."""
+    tag = info.get("debug_tag", "sampler")
+
+    def check(batch: Batch) -> None:
+        lines = "\n".join(f"  {key}: {tuple(value.shape)} {value.dtype}" for key, value in batch.items())
+        logger.info("%s shapes:\n%s", tag, lines)
+
+    return _each(data, check)
+
+
+def check_nan(data: Any, info: dict[str, Any]) -> Any:
+    """Raise if a floating-point key holds NaN or +-inf.
+
+    ``info["nan_skip_keys"]`` (list, default none) lists keys left unchecked, e.g. the transition
+    keys of a chunk whose final prestep row holds NaN placeholders (or put
+    ``drop_final_prestep`` before this unit).
+
+    Raises:
+        ValueError: naming the first bad key, how many values are bad and where the first is.
+    """
+    skip = set(info.get("nan_skip_keys", ()))
+
+    def check(batch: Batch) -> None:
+        for key, value in batch.items():
+            if key in skip or not _floating(value):
+                continue
+            finite = torch.isfinite(value) if isinstance(value, torch.Tensor) else np.isfinite(value)
+            if not finite.all():
+                bad = np.argwhere(~_host(finite))
+                raise ValueError(
+                    f"check_nan: key '{key}' {tuple(value.shape)} holds {len(bad)} NaN/inf values, the "
+                    f"first at index {tuple(int(i) for i in bad[0])}"
+                )
+
+    return _each(data, check)
+
+
+def chunk_stats(data: Any, info: dict[str, Any]) -> Any:
+    """Mean and std of every numeric key, logged at INFO and recorded in the Monitor.
+
+    Placeholders are left out (NaN for floats, the sentinel ``iinfo.min`` for signed ints). Monitor names are
+    ``<prefix><key>/mean`` and ``<prefix><key>/std``, prefix ``info["stats_prefix"]`` (default
+    ``"/memory/stats"``).
+    """
+    prefix = info.get("stats_prefix", "/memory/stats")
+
+    def check(batch: Batch) -> None:
+        lines = []
+        for key, tensor in batch.items():
+            value = _host(tensor)
+            if key == "/indices" or value.dtype.kind not in "biuf":
+                continue
+            values = value.astype(np.float64, copy=False)
+            if value.dtype.kind == "f":
+                values = values[~np.isnan(values)]
+            elif value.dtype.kind == "i":
+                values = values[value != np.iinfo(value.dtype).min]
+            if values.size == 0:
+                continue
+            mean, std = float(values.mean()), float(values.std())
+            monitor(f"{prefix}{key}/mean", mean)
+            monitor(f"{prefix}{key}/std", std)
+            lines.append(f"  {key}: mean {mean:.6g} std {std:.6g}")
+        logger.info("chunk stats:\n%s", "\n".join(lines))
+
+    return _each(data, check)

@@ -14,7 +14,7 @@ from typing import Any
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
-from digideep.memory.storage import PreparedRestore
+from digideep.memory import TrajectoryMemory
 from digideep.pipeline.session import Session
 from digideep.utility.imports import import_object
 from digideep.utility.user_code import FIX
@@ -25,8 +25,6 @@ __all__ = [
     "check_classes",
     "copy_normalizers",
     "load_normalizers",
-    "prepare_memory",
-    "restore_memory",
 ]
 
 
@@ -35,7 +33,7 @@ class Built:
     """The live objects of a run."""
 
     agents: dict[str, Any]
-    memories: dict[str, Any]
+    memories: dict[str, TrajectoryMemory]
     explorers: dict[str, Explorer]
     agent_memory: dict[str, str]  # agent name -> name of the memory it samples from
     agent_types: dict[str, str]
@@ -71,23 +69,32 @@ def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("t
         agent_types[name] = spec["type"]
 
     explorer_params = params["explorer"]
-    memories: dict[str, Any] = {}
+    memories: dict[str, TrajectoryMemory] = {}
     memory_types: dict[str, str] = {}
     if "train" in modes:
         num_workers = explorer_params["train"]["num_workers"]
         for name, spec in params["memory"].items():
             memory_class = import_object(spec["type"])
-            if not hasattr(memory_class, "from_params"):
+            try:
+                from_params = memory_class.from_params
+            except AttributeError:
                 raise UsageError(
                     f"memory '{name}': class '{spec['type']}' has no from_params(location=, num_workers=, "
                     "name=, **args); give it one (see digideep.memory.Memory.from_params)"
-                )
-            memories[name] = memory_class.from_params(
+                ) from None
+            memory = from_params(
                 location=session.memory_location(name).url,
                 num_workers=num_workers,
                 name=name,
                 **spec.get("args", {}),
             )
+            if not isinstance(memory, TrajectoryMemory):
+                raise UsageError(
+                    f"memory '{name}': class '{spec['type']}' is not a digideep.memory.TrajectoryMemory "
+                    "(store, guard_writes, flush, checkpoint_committed, prepare_restore, restore, "
+                    "state_dict, close); give it those methods (see digideep.memory.Memory)"
+                )
+            memories[name] = memory
             memory_types[name] = spec["type"]
 
     explorers = {
@@ -131,22 +138,3 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
         target.load_normalizer_state_dict(
             {k: {"statistics": s["statistics"]} for k, s in saved.items() if "statistics" in s}
         )
-
-
-def prepare_memory(memory: Any, state: dict[str, Any]) -> PreparedRestore:
-    """Read back and check what restoring a memory to a checkpoint's state brings back, changing
-    nothing (``memory.prepare_restore(state)``).
-
-    Raises:
-        DamagedMemoryError: a chunk file is missing or a chunk fails its checksum.
-    """
-    return memory.prepare_restore(state)
-
-
-def restore_memory(memory: Any, state: dict[str, Any], prepared: PreparedRestore | None = None) -> None:
-    """Return a memory to a checkpoint's state, its data included (``memory.restore(state, prepared)``).
-
-    Rows written after the checkpoint (by the background writer or a flush before a crash) are
-    undone: the memory holds exactly the rows the checkpoint saw. ``prepared``: :func:`prepare_memory`'s.
-    """
-    memory.restore(state, prepared)

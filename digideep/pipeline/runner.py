@@ -134,8 +134,7 @@ class Runner(RunnerStateMixin):
             session.remote
         ):  # a host that lost the session's lease writes no memory chunk beside the new holder
             for memory in self.memories.values():
-                if hasattr(memory, "guard_writes"):  # durable memories; the on-policy rollout is RAM only
-                    memory.guard_writes(functools.partial(session.ensure_held, LEASE_MARGIN))
+                memory.guard_writes(functools.partial(session.ensure_held, LEASE_MARGIN))
         self.explorers = self.built.explorers
         self.monitor = Monitor()
         for explorer in self.explorers.values():
@@ -427,11 +426,8 @@ class Runner(RunnerStateMixin):
         for explorer in self.explorers.values():
             explorer.close()
         for name, memory in self.memories.items():
-            close = getattr(memory, "close", None)  # optional for memory classes of users' own
-            if close is None:
-                continue
             try:
-                close()
+                memory.close()
             except Exception as error:  # reported; the run resumes from its checkpoint
                 log.warning(
                     "memory '%s': a background write after the last checkpoint failed: %s", name, error

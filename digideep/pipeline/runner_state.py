@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from digideep.errors import UsageError
-from digideep.memory import DamagedMemoryError
-from digideep.memory.storage import PreparedRestore
+from digideep.memory import DamagedMemoryError, Readback
 from digideep.pipeline import components
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.rng import rng_state, set_rng_state
@@ -99,8 +98,8 @@ class RunnerStateMixin:
         self.session.ensure_held(margin=LEASE_MARGIN)
         self.uploads.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
         saved = pending.commit()
-        for memory in self.memories.values():  # committed: now the undo areas may go
-            memory.checkpoint_committed()
+        for memory in self.memories.values():  # committed: the logs keep what kept checkpoints need
+            memory.checkpoint_committed(keep=self.keep_checkpoints)
         best = self.counters.best_checkpoint
         for deleted in apply_retention(folder, self.keep_checkpoints, best):
             log.debug("retention removed %s", deleted)
@@ -150,7 +149,7 @@ class RunnerStateMixin:
             "journal": self.journal.state_dict() if self.journal is not None else {},
         }
 
-    def prepare_memories(self, state: dict[str, Any]) -> dict[str, PreparedRestore]:
+    def prepare_memories(self, state: dict[str, Any]) -> dict[str, Readback]:
         """Read back and check every memory as ``state`` restores it, changing nothing (no file, no
         pointer; see :meth:`digideep.memory.Memory.prepare_restore`).
 
@@ -158,13 +157,10 @@ class RunnerStateMixin:
             DamagedMemoryError: a memory lacks a chunk file or a chunk fails its checksum.
         """
         return {
-            name: components.prepare_memory(memory, state["memories"][name])
-            for name, memory in self.memories.items()
+            name: memory.prepare_restore(state["memories"][name]) for name, memory in self.memories.items()
         }
 
-    def load_state_dict(
-        self, state: dict[str, Any], prepared: dict[str, PreparedRestore] | None = None
-    ) -> None:
+    def load_state_dict(self, state: dict[str, Any], prepared: dict[str, Readback] | None = None) -> None:
         """Restore :meth:`state_dict` into the components this Runner built from the same params.
 
         ``prepared``: :meth:`prepare_memories`'s for this ``state`` (made first when not given), so
@@ -178,7 +174,7 @@ class RunnerStateMixin:
             if mode in state["explorers"]:
                 explorer.load_state_dict(state["explorers"][mode])
         for name, memory in self.memories.items():
-            components.restore_memory(memory, state["memories"][name], prepared[name])
+            memory.restore(state["memories"][name], prepared[name])
         self.monitor.load_state_dict(state["monitor"])
         set_rng_state(state["rng"])
         if self.journal is not None and "offset" in state.get("journal", {}):
@@ -223,7 +219,7 @@ class RunnerStateMixin:
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
         params: dict[str, Any] | None = None,
-        accept: Callable[[dict[str, PreparedRestore]], None] | None = None,
+        accept: Callable[[dict[str, Readback]], None] | None = None,
     ) -> Self:
         """:meth:`from_checkpoint` of a checkpoint already read; a restore that fails (a damaged
         memory) closes the Runner (its environments and memory threads) before the error goes on.
@@ -260,10 +256,10 @@ class RunnerStateMixin:
         a file of it is missing or differs from its commit record, or when the metrics journal was
         cut short of the records it covers; the first good one is used, with one warning naming what
         was damaged and the iterations and frames trained again. A checkpoint resumes exactly only if
-        every memory comes back as it saved it: the replay memory is one ring that moved on since
-        an older checkpoint (only the newest is kept whole by the undo area), so an older one whose
-        rows later stores overwrote is refused, and so is every checkpoint when a memory chunk fails
-        its checksum or a chunk file is missing (they all read the same memory).
+        every memory comes back as it saved it: a memory's log keeps the rows of the checkpoints
+        retention keeps, so an older one whose rows it let go is refused, and so is every checkpoint
+        when a memory chunk fails its checksum or a chunk file is missing (they all read the same
+        memory).
 
         Every check reads only: the journal's length, the checkpoint's files, every memory (its chunk
         files listed, every chunk read into the next RAM ring and checked, see
@@ -327,7 +323,7 @@ def _refuse_unless_whole(
     session: Session,
     skipped: list[tuple[Checkpoint, str]],
     checkpoint: Checkpoint,
-    prepared: dict[str, PreparedRestore],
+    prepared: dict[str, Readback],
 ) -> None:
     """Refuse ``checkpoint`` (and so every older one) when a memory would not come back whole.
 
@@ -336,7 +332,7 @@ def _refuse_unless_whole(
     """
     moved = "; ".join(
         f"memory '{name}' keeps {restore.state.size} of its {restore.target.size} rows per worker "
-        "(later stores overwrote the others)"
+        "(its log no longer holds the others)"
         for name, restore in prepared.items()
         if not restore.whole
     )
@@ -375,7 +371,8 @@ def _nothing_left(
     reasons = [f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped]
     if older is not None:
         reasons.append(
-            f"checkpoint-{older.iteration} and older: {moved} (only the newest checkpoint's memory is kept whole)"
+            f"checkpoint-{older.iteration} and older: {moved} (a memory keeps the rows of the checkpoints "
+            "retention keeps)"
         )
     return (
         f"session '{session.url}' has no complete checkpoint to resume from ({'; '.join(reasons)}); "

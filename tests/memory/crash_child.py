@@ -7,7 +7,7 @@
 - ``after_flush``: after the flushes that follow the first checkpoint, before the second is saved;
 - ``record:N``: halfway through writing the N-th file of the commit record (``zarr.json`` of the
   group or its temporary sibling) after the first checkpoint;
-- ``chunk:N``: halfway through writing the N-th chunk file (ring or undo area) after it.
+- ``chunk:N``: halfway through writing the N-th chunk file (rows or a final prestep) after it.
 - ``behind:N``: like ``chunk:N``, but the chunks are only stored (never flushed) and the main
   thread then waits for the background writer: the kill hits the write-behind thread.
 

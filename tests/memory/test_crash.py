@@ -61,12 +61,12 @@ def run_child(path: Path, mode: str, kill: str) -> None:
     ("mode", "kill"),
     [
         ("ram", "after_flush"),  # between the flush and the checkpoint's commit
-        ("ram", "record:1"),  # the commit that records the undo copy
-        ("ram", "record:4"),  # the commit of the last flush
-        ("ram", "record:5"),  # checkpoint_committed, after the checkpoint file exists
+        ("ram", "record:1"),  # the commit of the first flush after the checkpoint
+        ("ram", "record:2"),  # the commit of the last flush (the checkpoint's flush has nothing new)
+        ("ram", "record:3"),  # checkpoint_committed, after the checkpoint file exists
         ("ram", "behind:1"),  # the first chunk the write-behind thread writes after the checkpoint
-        ("ram", "behind:5"),  # stores only, no flush: the thread was writing the ring or undo area
-        ("ram", "chunk:9"),  # a chunk of the undo area or the ring
+        ("ram", "behind:5"),  # stores only, no flush: the thread was appending to the log
+        ("ram", "chunk:9"),  # a chunk of the log or a final prestep
         ("disk", "record:2"),
         ("disk", "chunk:30"),
     ],

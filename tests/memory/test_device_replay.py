@@ -173,7 +173,7 @@ def test_units_after_the_draw_get_tensors_and_the_debug_units_check_them(
         16, 2, keys=KEYS, seed=0, units=[select_keys, check_nan, inspect_shapes, chunk_stats]
     )
     sampler.info["keys"] = KEYS
-    with caplog.at_level(logging.INFO, logger="digideep.memory.debug"):
+    with caplog.at_level(logging.INFO, logger="digideep.memory.sampler"):
         batch = sampler(wrapped)
     assert "/observations: (2, 16, 3) torch.float32" in caplog.text
     rewards = monitor.summary()["/memory/stats/rewards/mean"]["mean"]

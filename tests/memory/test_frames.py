@@ -123,8 +123,8 @@ def test_replay_memory_compresses_image_keys_on_disk_and_reloads_them_exactly(tm
         with Memory(path, num_workers=2, capacity=64, compression=compression) as memory:
             memory.store(chunk)
             memory.flush()
-        sizes[compression] = sum(
-            f.stat().st_size for f in path.rglob("*") if f.is_file() and "observations" in str(f)
+        sizes[compression] = sum(  # the log's rows (not the final prestep rows, one chunk each)
+            f.stat().st_size for f in (path / "observations").rglob("*") if f.is_file()
         )
         loaded = Memory(path, num_workers=2, capacity=64, compression=compression)
         loaded.load()

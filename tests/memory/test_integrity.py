@@ -1,4 +1,5 @@
-"""Damage on disk: every chunk of a memory carries a crc32c, checked whenever it is read back."""
+"""Damage on disk: every chunk of a memory's log carries a crc32c, checked whenever it is read back;
+the commit record lists the chunks that must exist."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 
-from digideep.memory import DamagedMemoryError, Memory, layout
+from digideep.memory import DamagedMemoryError, Memory
+from digideep.memory.log import record_crc
 
 from .chunks import make_chunk
 
@@ -73,17 +74,10 @@ def test_a_damaged_commit_record_is_refused(tmp_path: Path) -> None:
         Memory(path, W, CAPACITY).restore(state)
 
 
-def test_damage_in_the_undo_area_is_caught_when_the_checkpoint_is_restored(tmp_path: Path) -> None:
+def test_damage_in_a_final_prestep_row_is_caught_when_the_checkpoint_is_restored(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
-    memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
-    memory.store(make_chunk(W, 12, 0))
-    memory.flush()
-    state = memory.state_dict()
-    memory.checkpoint_committed(state)
-    memory.store(make_chunk(W, 12, 12))  # overwrites rows 12..24: chunk 2 goes to the undo area first
-    memory.flush()
-    memory.close()
-    flip_low_bit(path / "_undo" / "rewards" / "c" / "0" / "2" / "0")
+    _, state = written(path)
+    flip_low_bit(path / "_prestep" / "rewards" / "c" / "0" / "24" / "0")
     with pytest.raises(DamagedMemoryError, match="key '/rewards'"):
         Memory(path, W, CAPACITY).restore(state)
 
@@ -103,41 +97,26 @@ def test_an_undamaged_memory_restores_and_a_chunk_never_written_is_not_damage(tm
     np.testing.assert_array_equal(resumed["/rewards"][:, :24], rewards_of_two_chunks())
 
 
-def test_a_memory_written_without_checksums_still_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Memories written before the checksums came (zarr arrays with no crc32c codec, a commit record
-    without one) load as they are; keys they gain later get the checksum."""
+def test_a_memory_of_an_older_layout_is_refused_naming_the_version_that_wrote_it(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
-    # the codecs of digideep before the checksum: the compression alone
-    monkeypatch.setattr("digideep.memory.durable.zarr_group.compressors", layout._compression)
     _, state = written(path)
-    monkeypatch.undo()
     metadata = json.loads((path / "zarr.json").read_text())
-    del metadata["attributes"]["digideep_memory"]["crc32c"]  # nor did the commit record have one
+    record = metadata["attributes"]["digideep_memory"]
+    record.update(format=3, writer="digideep 0.0.9")  # an older layout, with its own (valid) record
+    record["crc32c"] = record_crc(record)
     (path / "zarr.json").write_text(json.dumps(metadata))
-    assert not zarr.open_array(path / "rewards", mode="r").compressors
-    resumed = Memory(path, W, CAPACITY)
-    resumed.restore(state)
-    np.testing.assert_array_equal(resumed["/rewards"][:, :24], rewards_of_two_chunks())
-    chunk = make_chunk(W, 12, 24)
-    chunk["/infos/late"] = np.ones((W, 13, 1), np.float32)
-    resumed.store(chunk)
-    resumed.flush()
-    resumed.close()
-    late = zarr.open_array(path / "infos" / "late", mode="r")
-    assert isinstance(late.compressors[-1], zarr.codecs.Crc32cCodec)
-    assert not zarr.open_array(path / "rewards", mode="r").compressors  # an old array keeps its codecs
-    Memory(path, W, CAPACITY).load()
+    said = r"written by digideep 0\.0\.9 in memory layout format 3; digideep .* reads format 4 only"
+    with pytest.raises(ValueError, match=said):
+        Memory(path, W, CAPACITY).restore(state)
 
 
 def folder_bytes(path: Path) -> dict[str, bytes]:
-    """Every file under ``path`` and its bytes (the commit record, the arrays, the undo area)."""
+    """Every file under ``path`` and its bytes (the commit record, the arrays)."""
     return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
 
 
-def with_undo_area(path: Path) -> dict:
-    """A memory checkpointed at rows 0..12, then stored on to row 24 (chunk 2 goes to the undo area)."""
+def stored_past_the_checkpoint(path: Path) -> dict:
+    """A memory checkpointed at rows 0..12, then stored on to row 24 and flushed."""
     memory = Memory(path, W, CAPACITY, zarr_chunk_rows=5)
     memory.store(make_chunk(W, 12, 0))
     memory.flush()
@@ -146,7 +125,6 @@ def with_undo_area(path: Path) -> dict:
     memory.store(make_chunk(W, 12, 12))
     memory.flush()
     memory.close()
-    assert (path / "_undo" / "rewards" / "c" / "0" / "2" / "0").is_file()
     return state
 
 
@@ -154,11 +132,11 @@ def with_undo_area(path: Path) -> dict:
 def test_a_refused_restore_changes_no_file_and_the_repaired_memory_restores(
     tmp_path: Path, damage: str
 ) -> None:
-    """The checks come before the undo area is copied back: a refusal leaves the group byte for byte."""
+    """The checks come before the record is rolled back: a refusal leaves the log byte for byte."""
     path = tmp_path / "m.zarr"
-    state = with_undo_area(path)
+    state = stored_past_the_checkpoint(path)
     undamaged = folder_bytes(path)
-    file = chunk_file(path, "/rewards", 0)  # rows 0..4, not in the undo area: read where it is
+    file = chunk_file(path, "/rewards", 0)  # rows 0..4
     flip_low_bit(file) if damage == "flip" else file.unlink()
     before = folder_bytes(path)
     said = "fail their checksum" if damage == "flip" else r"are missing \(rewards/c/0/0/0\)"
@@ -185,11 +163,11 @@ def test_a_deleted_chunk_file_is_caught_naming_the_memory_key_and_chunk(tmp_path
         Memory(path, W, CAPACITY, mode=mode).load()
 
 
-def test_a_deleted_chunk_of_the_undo_area_is_caught(tmp_path: Path) -> None:
+def test_a_deleted_final_prestep_chunk_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
-    state = with_undo_area(path)
-    (path / "_undo" / "rewards" / "c" / "0" / "2" / "0").unlink()
-    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' are missing \(_undo/rewards/c/0/2/0\)"):
+    state = stored_past_the_checkpoint(path)
+    (path / "_prestep" / "rewards" / "c" / "0" / "12" / "0").unlink()
+    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' are missing \(_prestep/rewards/c/0/12/0\)"):
         Memory(path, W, CAPACITY).restore(state)
 
 

@@ -1,4 +1,4 @@
-"""Flush, load and crashes: the Zarr copy of a memory, and the disk mode."""
+"""Flush, load and crashes: the Zarr log of a memory, and the disk mode."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
-from digideep.memory.durable.integrity import check_zarr_version
-from digideep.memory.durable.undo import UndoArea
-from digideep.memory.durable.zarr_group import ZarrGroup
+from digideep.memory.log import ZarrLog, check_zarr_version
 
 from .chunks import make_chunk
 
@@ -75,8 +73,9 @@ def test_flush_without_new_rows_writes_nothing_and_empty_memory_loads(tmp_path: 
 
 
 def crash_in(monkeypatch: pytest.MonkeyPatch, method: str, after: int) -> None:
-    """Make ``ZarrGroup.<method>`` raise on its ``after + 1``-th call from now on."""
-    original = getattr(ZarrGroup, method)
+    """Make ``ZarrLog.<method>`` raise on its ``after + 1``-th call from now on (``_commit``: the
+    record, ``_write``: rows)."""
+    original = getattr(ZarrLog, method)
     calls = {"n": 0}
 
     def failing(self, *args, **kwargs):
@@ -85,10 +84,10 @@ def crash_in(monkeypatch: pytest.MonkeyPatch, method: str, after: int) -> None:
             raise SimulatedCrashError(f"simulated crash in {method}")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ZarrGroup, method, failing)
+    monkeypatch.setattr(ZarrLog, method, failing)
 
 
-@pytest.mark.parametrize(("method", "after"), [("commit", 0), ("write", 0), ("write", 5)])
+@pytest.mark.parametrize(("method", "after"), [("_commit", 0), ("_write", 0), ("_write", 5)])
 def test_crash_before_the_commit_leaves_the_last_committed_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, after: int
 ) -> None:
@@ -117,31 +116,26 @@ def test_crash_before_the_commit_leaves_the_last_committed_state(
     assert (again["/infos/late"][:, 10:16] == 1).all()
 
 
-def test_disk_mode_crash_while_storing_keeps_the_untouched_committed_rows(
+def test_disk_mode_crash_while_storing_keeps_every_committed_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "d.zarr"
     memory = Memory(path, W, 12, mode="disk", zarr_chunk_rows=5)
     stream(memory, [4, 4])
     memory.flush()
-    expected = snapshot_disk(memory)
-    crash_in(monkeypatch, "write", 2)
+    expected = snapshot(memory)
+    crash_in(monkeypatch, "_write", 1)
     with pytest.raises(SimulatedCrashError):
-        stream(memory, [4], start=8)  # wraps onto the oldest committed row
+        stream(memory, [4, 4], start=8)  # the ring wraps onto the oldest committed row
     monkeypatch.undo()
     loaded = reopen(path, 12, mode="disk")
-    assert (loaded.pos, loaded.size, loaded.total) == (8, 7, 8)
-    for key, value in snapshot_disk(loaded).items():
-        assert same_bytes(value, expected[key][:, -7:]), key
+    assert (loaded.pos, loaded.size, loaded.total) == (8, 8, 8)
+    for key, value in snapshot(loaded).items():
+        assert same_bytes(value, expected[key]), key
 
 
-def snapshot_disk(memory: Memory) -> dict[str, np.ndarray]:
-    rows = memory.valid_rows()
-    return {key: memory[key].oindex[:, rows] for key in memory}
-
-
-@pytest.mark.parametrize(("method", "after"), [("commit", 0), ("write", 3)])
-def test_crash_during_a_wrapping_flush_keeps_only_untouched_committed_rows(
+@pytest.mark.parametrize(("method", "after"), [("_commit", 0), ("_write", 3)])
+def test_crash_during_a_wrapping_flush_keeps_every_committed_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, after: int
 ) -> None:
     path = tmp_path / "m.zarr"
@@ -149,19 +143,16 @@ def test_crash_during_a_wrapping_flush_keeps_only_untouched_committed_rows(
     stream(memory, [4, 4])  # 8 rows valid
     memory.flush()
     committed, expected = memory.state_dict(), snapshot(memory)
-    stream(memory, [4], start=8)  # rows 8..12 -> wraps onto rows 0: the oldest committed row
-    memory.wait()  # written behind, protected first (the committed state shrank); the flush then
-    crash_in(monkeypatch, method, after)  # writes the open window and commits: crash there
+    stream(memory, [4], start=8)  # rows 8..12: the ring wraps onto row 0, the oldest committed row
+    memory.wait()  # appended behind; the flush then writes the open chunks and commits: crash there
+    crash_in(monkeypatch, method, after)
     with pytest.raises(SimulatedCrashError):
         memory.flush()
     monkeypatch.undo()
     loaded = reopen(path, 12)
-    state = loaded.state_dict()
-    assert (state["pos"], state["total"]) == (committed["pos"], committed["total"])
-    assert state["size"] == 12 - 1 - 4  # the previous commit minus the rows the flush overwrote
-    kept = state["size"]
+    assert loaded.state_dict() == committed  # rows are appended to the log, never overwritten
     for key, value in expected.items():
-        assert same_bytes(snapshot(loaded)[key], value[:, -kept:]), key
+        assert same_bytes(snapshot(loaded)[key], value), key
     # and the memory goes on: the next store and flush continue from the commit
     stream(loaded, [4], start=8)
     loaded.flush()
@@ -190,27 +181,25 @@ def test_load_state_dict_returns_to_the_newest_checkpoint_exactly_in_either_orde
         assert resumed.state_dict() == checkpoint
         assert all(same_bytes(resumed[key], value) for key, value in expected.items()), order
         assert reopen(copy, 12).state_dict() == checkpoint  # the restore was committed
-        assert not (copy / "_undo").exists()
 
 
-def test_an_older_checkpoint_keeps_only_its_rows_that_later_stores_left_untouched(tmp_path: Path) -> None:
+def test_an_older_checkpoint_comes_back_exactly_while_the_log_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
     memory = Memory(path, W, 12)
     stream(memory, [4, 4])
     memory.flush()
-    older, expected = memory.state_dict(), snapshot(memory)
+    older, expected = memory.state_dict(), whole_ring(memory)
     memory.checkpoint_committed()
     stream(memory, [4], start=8)
     memory.flush()
-    memory.checkpoint_committed()  # a newer checkpoint: the exact one from now on
+    memory.checkpoint_committed()  # a newer checkpoint; keep=0: the log keeps every checkpoint's rows
     stream(memory, [4], start=12)
     memory.flush()
     resumed = Memory(path, W, 12)
     resumed.load_state_dict(older)  # e.g. a checkpoint kept by retention, chosen by hand
     resumed.load()
-    assert (resumed.pos, resumed.total, resumed.size) == (older["pos"], older["total"], 7)
-    for key, value in expected.items():
-        assert same_bytes(snapshot(resumed)[key], value[:, -7:]), key
+    assert resumed.state_dict() == older
+    assert all(same_bytes(whole_ring(resumed)[key], value) for key, value in expected.items())
 
 
 KEYS = ("/observations", "/rewards", "/agents/agent/actions")
@@ -223,21 +212,8 @@ PHASE = [
 
 
 def whole_ring(memory: Memory) -> dict[str, np.ndarray]:
-    """Every row of every key, placeholders included: the numpy ring, or the Zarr array in disk mode."""
+    """Every row of every key, placeholders included (in disk mode assembled from the log)."""
     return {key: np.array(memory[key][:]) for key in memory}
-
-
-def undo_chunks(path: Path) -> dict[Path, bytes]:
-    """The chunk files of the undo area, by their path inside it (``observations/c/0/1/0``)."""
-    area = path / "_undo"
-    files = (f for f in area.rglob("*") if f.is_file())
-    return {f.relative_to(area): f.read_bytes() for f in files if "c" in f.relative_to(area).parts}
-
-
-def holds_only_the_anchor(path: Path) -> bool:
-    """Whether every chunk in the undo area has the bytes of the main array's chunk: it was copied at
-    the newest anchor and nothing was written since (the area of an older anchor holds older bytes)."""
-    return all((path / chunk).read_bytes() == data for chunk, data in undo_chunks(path).items())
 
 
 def store_phase(memory: Memory, start: int, flush_every: int) -> None:
@@ -250,8 +226,8 @@ def store_phase(memory: Memory, start: int, flush_every: int) -> None:
 
 
 def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int]:
-    """Raise at the ``point``-th write from now on: a Zarr array slice (ring), a copy of chunks to the
-    undo area, or a commit."""
+    """Raise at the ``point``-th write from now on: rows of a Zarr array (the log or a final
+    prestep) or a commit record."""
     calls = {"n": 0}
 
     def counting(original):
@@ -264,8 +240,7 @@ def crash_at_write(monkeypatch: pytest.MonkeyPatch, point: int) -> dict[str, int
         return write
 
     monkeypatch.setattr(zarr.Array, "__setitem__", counting(zarr.Array.__setitem__))
-    monkeypatch.setattr(ZarrGroup, "_write_record", counting(ZarrGroup._write_record))
-    monkeypatch.setattr(UndoArea, "save", counting(UndoArea.save))  # chunk copies (links, not zarr writes)
+    monkeypatch.setattr(ZarrLog, "_commit", counting(ZarrLog._commit))
     return calls
 
 
@@ -301,14 +276,12 @@ def test_resume_at_the_checkpoint_is_exact_after_a_crash_at_any_write_while_the_
         if not crashed:  # every flush finished: the crash came before the next checkpoint's commit
             break
         point += 1
-    assert point >= 2 * len(KEYS) + 2  # it crashed at every write first: undo copy, ring, two commits
-    # the resumed memory goes on, and once its next checkpoint commits the old undo area is gone
+    assert point >= len(KEYS) + 2  # it crashed at every write first: rows, presteps, commits
+    # the resumed memory goes on from the checkpoint and reloads as it is
     store_phase(resumed, start, flush_every)
     resumed.flush()
-    assert undo_chunks(path) and not holds_only_the_anchor(path)  # the first checkpoint's chunks
     resumed.checkpoint_committed()
-    resumed.wait()  # in ram mode the writer thread protects the windows open at the new anchor
-    assert holds_only_the_anchor(path)
+    resumed.wait()
     assert all(
         same_bytes(whole_ring(reopen(path, 12, mode=mode))[k], v) for k, v in whole_ring(resumed).items()
     )
@@ -396,6 +369,7 @@ def test_disk_mode_returns_the_same_samples_as_ram_mode(tmp_path: Path) -> None:
         memory.store(chunk)
         stream(memory, [5, 4], start=10)  # wraps
     assert ram.state_dict() == disk.state_dict()
+    assert all(same_bytes(ram[key], disk[key]) for key in ram)
     info = {"batch_size": 32, "num_batches": 3, "seed": 7}
     a, b = Sampler([uniform_transitions], info)(ram), Sampler([uniform_transitions], info)(disk)
     assert a.keys() == b.keys()

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from digideep.memory.ring import RingState, logical_to_physical, ring_slices, surviving_size
+from digideep.memory.ring import RingState, ring_slices
+
+
+def logical_to_physical(logical: np.ndarray, state: RingState, capacity: int) -> np.ndarray:
+    """Physical rows of valid rows ``logical``: global rows from ``state.first`` on, modulo the capacity."""
+    return (state.first + logical) % capacity
 
 
 def simulate(capacity: int, chunk_rows: list[int]) -> tuple[list[int | None], RingState]:
@@ -43,26 +48,24 @@ def test_ring_slices_split_at_the_wrap_around() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_surviving_and_rolled_back_keep_exactly_the_untouched_rows(seed: int) -> None:
+def test_a_state_restored_in_ram_keeps_exactly_the_rows_later_stores_left_untouched(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
     capacity = int(rng.integers(3, 25))
     before = [int(r) for r in rng.integers(2, capacity + 1, size=int(rng.integers(1, 6)))]
     after = [int(r) for r in rng.integers(2, capacity + 1, size=int(rng.integers(1, 6)))]
     old_physical, old = simulate(capacity, before)
     new_physical, new = simulate(capacity, before + after)
-    advanced = new.total - old.total
-    keep = surviving_size(old.size, advanced, capacity)
-    rolled = new.rolled_back(old, capacity)
-    assert (rolled.pos, rolled.total, rolled.size) == (old.pos, old.total, keep)
+    rolled = new.restored(old, capacity, new.first)
+    assert (rolled.pos, rolled.total) == (old.pos, old.total)
     old_rows = logical_to_physical(np.arange(old.size), old, capacity)
     untouched = [new_physical[r] == old_physical[r] for r in old_rows]
-    # the untouched rows are exactly the newest `keep` rows of the old window
-    assert untouched == [False] * (old.size - keep) + [True] * keep
+    # the untouched rows are exactly the newest `rolled.size` rows of the old window
+    assert untouched == [False] * (old.size - rolled.size) + [True] * rolled.size
 
 
-def test_rolled_back_refuses_newer_or_foreign_states() -> None:
+def test_restored_refuses_newer_or_foreign_states() -> None:
     state = RingState(pos=5, size=5, total=5, last_chunk_rows=6)
     with pytest.raises(ValueError, match="newer"):
-        state.rolled_back(RingState(pos=7, size=7, total=7, last_chunk_rows=3), 10)
+        state.restored(RingState(pos=7, size=7, total=7, last_chunk_rows=3), 10, 0)
     with pytest.raises(ValueError, match="does not belong"):
-        state.rolled_back(RingState(pos=2, size=1, total=4, last_chunk_rows=2), 10)
+        state.restored(RingState(pos=2, size=1, total=4, last_chunk_rows=2), 10, 0)

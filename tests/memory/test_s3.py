@@ -15,8 +15,6 @@ import pytest
 import torch
 
 from digideep.memory import DamagedMemoryError, LastChunk, Memory, RolloutMemory, UniformTransitions
-from digideep.memory.ring import RingCursor
-from digideep.memory.storage import RamStorage
 from digideep.storage.lease import LeaseLostError
 from digideep.storage.location import Location
 
@@ -67,7 +65,7 @@ def test_memory_on_s3_stores_flushes_and_reloads_exactly(s3_bucket: str) -> None
 def test_resume_on_s3_after_wrapping_past_the_checkpoint_in_a_fresh_process(
     s3_bucket: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Checkpoint, wrap the ring twice with flushes (undo area on S3), then restore in a new process."""
+    """Checkpoint, wrap the ring twice with flushes, then restore in a new process."""
     url = f"s3://{s3_bucket}/m.zarr"
     memory = Memory(url, W, 12, zarr_chunk_rows=5)
     start = stream(memory, [4, 4, 4])
@@ -76,7 +74,6 @@ def test_resume_on_s3_after_wrapping_past_the_checkpoint_in_a_fresh_process(
     memory.checkpoint_committed(checkpoint)
     stream(memory, [11, 7, 11], start)  # 29 rows after the checkpoint: wraps twice
     memory.flush()
-    assert any("/_undo/" in key for key in objects(s3_bucket, "m.zarr/"))
     script = (
         "import json, sys, numpy as np\n"
         "from digideep.memory import Memory\n"
@@ -95,7 +92,7 @@ def test_resume_on_s3_after_wrapping_past_the_checkpoint_in_a_fresh_process(
     restored = np.load(out)
     assert json.loads(str(restored["state"])) == checkpoint
     assert same({"/" + k.replace("|", "/"): restored[k] for k in restored.files if k != "state"}, expected)
-    assert not any("/_undo/" in key for key in objects(s3_bucket, "m.zarr/"))  # restored: area dropped
+    assert any("m.zarr/rewards/c/0/0/" in key for key in objects(s3_bucket, "m.zarr/"))  # rows 0..4 stay
 
 
 def bucket_bytes(bucket: str, prefix: str) -> dict[str, bytes]:
@@ -105,17 +102,16 @@ def bucket_bytes(bucket: str, prefix: str) -> dict[str, bytes]:
 
 def test_a_deleted_chunk_object_on_s3_is_caught_before_the_restore_changes_any_object(s3_bucket: str) -> None:
     """A chunk object deleted from the bucket is damage (zarr alone reads it as never written); the
-    check lists the objects and refuses before the undo area is copied back."""
+    check lists the objects and refuses before the commit record is rolled back."""
     url = f"s3://{s3_bucket}/d.zarr"
     memory = Memory(url, W, 40, zarr_chunk_rows=5)
     start = stream(memory, [4, 4])
     memory.flush()
     checkpoint = memory.state_dict()
     memory.checkpoint_committed(checkpoint)
-    stream(memory, [4], start)  # rows 8..12: chunks 1 and 2 go to the undo area, chunk 0 stays
+    stream(memory, [4], start)  # rows 8..11, committed past the checkpoint
     memory.flush()
     memory.close()
-    assert "d.zarr/_undo/rewards/c/0/1/0" in objects(s3_bucket, "d.zarr/")
     boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).delete_object(
         Bucket=s3_bucket, Key="d.zarr/rewards/c/0/0/0"
     )
@@ -198,18 +194,10 @@ def round_trip(state: dict) -> dict:
     return torch.load(buffer, weights_only=True)
 
 
-def test_the_parts_state_dicts_round_trip_and_compose_the_memorys(tmp_path: Path) -> None:
-    cursor = RingCursor(10)
-    pieces, state = cursor.place(5)
-    assert pieces == [(0, 5, 0)] and state.total == 4
-    cursor.state = state
-    copy = RingCursor(10)
-    copy.load_state_dict(round_trip(cursor.state_dict()))
-    assert copy.state == cursor.state
-    assert RamStorage(2, 10, "r").state_dict() == {"num_workers": 2, "capacity": 10}
+def test_the_memorys_state_dict_round_trips_and_restores_it(tmp_path: Path) -> None:
     memory = Memory(tmp_path / "m.zarr", W, 10)
     stream(memory, [4, 4, 4])
-    assert memory.state_dict() == {**memory.cursor.state_dict(), **memory.storage.state_dict()}
+    assert memory.state_dict() == {**memory.state.as_dict(), "num_workers": W, "capacity": 10}
     memory.flush()
     resumed = Memory(tmp_path / "m.zarr", W, 10)
     resumed.restore(round_trip(memory.state_dict()))

@@ -148,7 +148,7 @@ def test_debug_units_report_shapes_and_stats(memory: Memory, caplog: pytest.LogC
     sampler = Sampler(
         [uniform_transitions, inspect_shapes, chunk_stats], {"batch_size": 16, "keys": OFF_POLICY_KEYS}
     )
-    with caplog.at_level(logging.INFO, logger="digideep.memory.debug"):
+    with caplog.at_level(logging.INFO, logger="digideep.memory.sampler"):
         batch = sampler(memory)
     assert "/observations: (1, 16, 3) float32" in caplog.text
     summary = monitor.summary()

@@ -1,5 +1,4 @@
-"""The storage contract (digideep.memory.storage.Storage): which storage a memory's arguments pick,
-what ``durable`` promises, and that ``mode="ram"`` with a path writes Zarr all the same."""
+"""Where a memory's rows live: the arguments pick where sampling reads and whether rows come back."""
 
 from __future__ import annotations
 
@@ -8,9 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from digideep.memory import Memory, Storage
-from digideep.memory.durable import WriteThroughStorage, ZarrStorage
-from digideep.memory.storage import RamStorage
+from digideep.memory import Memory, RolloutMemory, TrajectoryMemory
 
 from .chunks import make_chunk, stamps
 
@@ -18,20 +15,16 @@ W = 2
 
 
 @pytest.mark.parametrize(
-    ("with_path", "mode", "kind", "durable"),
-    [
-        (False, "ram", RamStorage, False),
-        (True, "ram", WriteThroughStorage, True),
-        (True, "disk", ZarrStorage, True),
-    ],
+    ("with_path", "mode", "ring", "durable"),
+    [(False, "ram", True, False), (True, "ram", True, True), (True, "disk", False, True)],
 )
-def test_the_arguments_pick_the_storage_and_durable_says_whether_rows_come_back(
-    tmp_path: Path, with_path: bool, mode: str, kind: type, durable: bool
+def test_the_arguments_pick_the_ring_and_the_log_and_durable_rows_come_back(
+    tmp_path: Path, with_path: bool, mode: str, ring: bool, durable: bool
 ) -> None:
     path = tmp_path / "m.zarr" if with_path else None
     with Memory(path, W, 10, mode=mode) as memory:
-        assert isinstance(memory.storage, Storage) and type(memory.storage) is kind
-        assert memory.storage.durable is durable
+        assert isinstance(memory, TrajectoryMemory)
+        assert (memory.ring is not None, memory.log is not None) == (ring, durable)
         memory.store(make_chunk(W, 4, 0))
         memory.flush()
         rows = memory["/observations"][:, :5]
@@ -39,23 +32,17 @@ def test_the_arguments_pick_the_storage_and_durable_says_whether_rows_come_back(
         with pytest.raises(FileNotFoundError, match="no durable copy"):
             Memory(path, W, 10, mode=mode).load()
         return
-    with Memory(path, W, 10, mode="disk") as reread:  # Zarr itself, whichever mode wrote it
+    with Memory(path, W, 10, mode="disk") as reread:  # the log itself, whichever mode wrote it
         reread.load()
         assert np.array_equal(stamps(reread["/observations"][:, :5]), stamps(np.asarray(rows)))
         assert (reread.pos, reread.size) == (4, 4)
 
 
-def test_a_storage_that_leaves_out_part_of_the_contract_cannot_be_built() -> None:
-    class Partial(Storage):
-        @property
-        def durable(self) -> bool:
-            return False
-
-    with pytest.raises(TypeError, match="abstract"):
-        Partial(1, 2, "partial")  # type: ignore[abstract]
+def test_the_rollout_memory_is_a_trajectory_memory_too() -> None:
+    assert isinstance(RolloutMemory(num_workers=2), TrajectoryMemory)
 
 
-def test_only_the_write_through_storage_runs_the_guard_before_its_background_writes(tmp_path: Path) -> None:
+def test_only_a_ram_memory_with_a_log_runs_the_guard_before_its_background_writes(tmp_path: Path) -> None:
     calls: list[str] = []
     for path, mode in ((None, "ram"), (tmp_path / "d.zarr", "disk"), (tmp_path / "r.zarr", "ram")):
         with Memory(path, W, 10, mode=mode) as memory:

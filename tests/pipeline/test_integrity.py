@@ -6,11 +6,11 @@ the shared MLflow store), killed with SIGKILL after their second checkpoint as i
 
 - a damaged newest checkpoint (a flipped byte in ``states.pt``, a lost ``runner.json``) or a metrics
   journal cut mid-file: the resume passes over it, says so in one line, and ends bit-identical to the
-  uninterrupted run (the replay ring is large enough that the previous checkpoint's rows survive);
+  uninterrupted run (the memory's log keeps the rows of the checkpoints retention keeps, however far
+  the ring moved past them);
 - a memory chunk damaged (low bits flipped in a rewards chunk, a chunk overwritten with NaN, a chunk
-  file deleted), or a damaged newest checkpoint whose previous one the ring moved past: refused in
-  one line, exit 2, every file of the session as it was; once the damaged file has its bytes back,
-  the session resumes bit-identical to the uninterrupted run.
+  file deleted): refused in one line, exit 2, every file of the session as it was; once the damaged
+  file has its bytes back, the session resumes bit-identical to the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from tests.pipeline.test_resume import (
 PARAMS = "params.pendulum_sac"
 WHOLE = {**SMALL_SAC, "buffer_size": 1000}  # 200 frames in all: every checkpoint's rows survive
 WRAPS = SMALL_SAC  # a ring of 70 frames: it moves past a checkpoint's rows within an iteration or two
+MEMORY = Path("memory") / "train.zarr"
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +60,19 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> dict[
 
 
 def memory_anchored(session: Path) -> bool:
-    """Whether the replay memory made the newest checkpoint its anchor (the Runner tells it right after
-    the checkpoint's commit; a kill between the two leaves the previous checkpoint exactly restorable)
-    and its undo area holds chunks (a resume copies them back)."""
+    """Whether the replay memory recorded the newest checkpoint (the Runner tells it right after the
+    checkpoint's commit), so that its log keeps that checkpoint's rows."""
     newest = find_checkpoints(session / "checkpoints")[-1].iteration
-    record = json.loads((session / "memory" / "train.zarr" / "zarr.json").read_text())["attributes"]
-    anchor = record["digideep_memory"]["anchor"] or {}
-    moved_on = record["digideep_memory"]["undo_rows"] > 0
-    return anchor.get("total") == newest * SMALL_SAC["n_steps"] and moved_on  # one worker: frames = rows
+    record = json.loads((session / MEMORY / "zarr.json").read_text())["attributes"]["digideep_memory"]
+    return newest * SMALL_SAC["n_steps"] in record["checkpoints"]  # one worker: frames = rows
+
+
+def newest_row_chunk(session: Path, key: str) -> Path:
+    """The chunk file of ``key`` holding the newest checkpoint's last row (its resume reads it)."""
+    record = json.loads((session / MEMORY / "zarr.json").read_text())["attributes"]["digideep_memory"]
+    total = find_checkpoints(session / "checkpoints")[-1].iteration * SMALL_SAC["n_steps"]
+    rows = record["keys"][f"/{key}"]["chunk_rows"]
+    return session / MEMORY / key / "c" / "0" / str((total - 1) // rows) / "0"
 
 
 def damaged_copy(sessions: dict, source: str, name: str, damage: Callable[[Path], None]) -> Path:
@@ -112,8 +118,7 @@ def cut_journal(session: Path) -> None:
 
 
 def rewards_chunk(session: Path) -> Path:
-    chunks = sorted((session / "memory" / "train.zarr" / "rewards" / "c").rglob("*"))
-    return next(file for file in chunks if file.is_file())
+    return newest_row_chunk(session, "rewards")
 
 
 def flip_reward_low_bit(session: Path) -> None:
@@ -126,20 +131,21 @@ def rewards_to_nan(session: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("damage", "said"),
+    ("source", "damage", "said"),
     [
-        (damage_states, "differs from the commit record"),
-        (lose_runner_json, "runner.json' is missing"),
-        (cut_journal, "short of the"),
+        ("killed", damage_states, "differs from the commit record"),
+        ("killed", lose_runner_json, "runner.json' is missing"),
+        ("killed", cut_journal, "short of the"),
+        ("killed-wraps", damage_states, "differs from the commit record"),
     ],
-    ids=["states.pt flipped", "runner.json lost", "journal cut mid-file"],
+    ids=["states.pt flipped", "runner.json lost", "journal cut mid-file", "states.pt flipped, ring moved on"],
 )
 def test_a_damaged_newest_checkpoint_or_journal_resumes_from_the_previous_checkpoint_bit_identical(
-    sessions: dict, damage: Callable[[Path], None], said: str
+    sessions: dict, source: str, damage: Callable[[Path], None], said: str
 ) -> None:
-    name = f"whole-{damage.__name__}"
-    newest, previous = newest_two(sessions["root"] / "killed")
-    session = damaged_copy(sessions, "killed", name, damage)
+    name = f"whole-{source}-{damage.__name__}"
+    newest, previous = newest_two(sessions["root"] / source)
+    session = damaged_copy(sessions, source, name, damage)
     result = resume(sessions, name)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if "passing over damaged checkpoints" in line]
@@ -149,7 +155,7 @@ def test_a_damaged_newest_checkpoint_or_journal_resumes_from_the_previous_checkp
     if damage is cut_journal:
         assert "unfinished record" in result.stderr  # the cut tail is dropped, with its own line
 
-    assert_same_as_straight(sessions["root"], "straight", name)
+    assert_same_as_straight(sessions["root"], "straight" if source == "killed" else "straight-wraps", name)
     assert newest.name != previous.name and (session / "done.json").exists()
 
 
@@ -158,9 +164,8 @@ def test_a_damaged_newest_checkpoint_or_journal_resumes_from_the_previous_checkp
     [
         ("killed-wraps", flip_reward_low_bit, "key '/rewards' fail their checksum"),
         ("killed-wraps", rewards_to_nan, "key '/rewards' fail their checksum"),
-        ("killed-wraps", damage_states, "(only the newest checkpoint's memory is kept whole)"),
     ],
-    ids=["rewards low bit flipped", "rewards chunk NaN", "states.pt flipped, ring moved on"],
+    ids=["rewards low bit flipped", "rewards chunk NaN"],
 )
 def test_damage_no_checkpoint_survives_is_refused_in_one_line(
     sessions: dict, source: str, damage: Callable[[Path], None], said: str
@@ -206,26 +211,16 @@ def session_files(session: Path) -> dict[str, str]:
 
 
 def main_chunk(key: str) -> Callable[[Path], Path]:
-    """The first chunk file of ``key`` that the undo area holds no copy of (a resume reads it in place)."""
+    """The chunk file of ``key`` holding the newest checkpoint's last row."""
 
     def pick(session: Path) -> Path:
-        store = session / "memory" / "train.zarr"
-        files = sorted(f for f in (store / key / "c").rglob("*") if f.is_file())
-        return next(f for f in files if not (store / "_undo" / f.relative_to(store)).exists())
+        return newest_row_chunk(session, key)
 
     return pick
 
 
-def newest_states(session: Path) -> Path:
-    return newest_two(session)[0] / "states.pt"
-
-
 def flip_first_byte(file: Path) -> None:
     flip_byte(file, 0)
-
-
-def flip_byte_200(file: Path) -> None:
-    flip_byte(file, 200)
 
 
 def delete(file: Path) -> None:
@@ -237,15 +232,15 @@ def delete(file: Path) -> None:
     [
         ("killed", main_chunk("rewards"), flip_first_byte, "key '/rewards' fail their checksum"),
         ("killed", main_chunk("observations"), delete, "key '/observations' are missing (observations/c/0/"),
-        ("killed-wraps", newest_states, flip_byte_200, "(only the newest checkpoint's memory is kept whole)"),
+        ("killed-wraps", main_chunk("rewards"), flip_first_byte, "key '/rewards' fail their checksum"),
     ],
-    ids=["rewards chunk flipped", "observations chunk deleted", "states.pt flipped, ring moved on"],
+    ids=["rewards chunk flipped", "observations chunk deleted", "rewards chunk flipped, ring moved on"],
 )
 def test_a_refusal_changes_no_file_and_the_repaired_session_resumes_bit_identical(
     sessions: dict, source: str, pick: Callable[[Path], Path], damage: Callable[[Path], None], said: str
 ) -> None:
     """The resume checks every memory and the journal before it restores anything: a refusal leaves
-    the memory (its undo area included), the journal and the checkpoints byte for byte, so putting
+    the memory, the journal and the checkpoints byte for byte, so putting
     the damaged file's bytes back makes the session resume as if nothing had happened."""
     name = f"repaired-{source}-{damage.__name__}-{pick.__name__}"
     session = damaged_copy(sessions, source, name, lambda s: None)
