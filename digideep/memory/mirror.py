@@ -1,17 +1,6 @@
-"""The replay ring on a torch device: what the device sampler gathers from.
-
-A :class:`DeviceMirror` holds, for some keys of a memory, the ``(W, C, *row_shape)`` ring as a torch
-tensor on one device. The memory owns it (:meth:`digideep.memory.Memory.mirror` creates it on the
-first request and returns the same one later) and keeps it equal to its RAM ring:
-
-- **on the CPU** the mirror *is* the RAM ring: ``torch.from_numpy`` views of the numpy arrays, no
-  copy, nothing to fill; a store writes the ring and the views see it;
-- **on another device** (CUDA) it is a copy, filled from the ring when it is created and after the
-  memory returns to a saved state (:meth:`~digideep.memory.Memory.restore`, ``load``); then every
-  :meth:`~digideep.memory.Memory.store` copies just the rows it wrote (the store stage fills it).
-
-The mirror holds no state of its own: it is derived from the ring, so checkpoints never hold it.
-"""
+"""The replay ring on a torch device (what the device sampler gathers from), kept equal to the RAM
+ring: on the CPU the ring itself (``torch.from_numpy`` views), elsewhere a copy that every store
+updates and a restore refills. It holds no state of its own."""
 
 from __future__ import annotations
 

@@ -77,8 +77,6 @@ class Sampler:
         units: the units, first to last.
         info: settings read by the units (copied; the sampler adds ``"rng"``).
 
-    Returns of ``__call__``: what the last unit returns, a dict of arrays (for example
-    ``uniform_transitions``) or an iterator of them (``minibatch_iterator``).
     """
 
     def __init__(self, units: Sequence[Unit], info: Mapping[str, Any] | None = None) -> None:
@@ -145,17 +143,10 @@ class UniformTransitions(Sampler):
 
 
 class DeviceUniformTransitions(Sampler):
-    """:class:`UniformTransitions` on a torch device: no host gather, no host-to-device copy.
-
-    Indices are drawn on ``device`` by a ``torch.Generator`` seeded with ``seed``; rows are gathered
-    from the memory's device mirror (:meth:`~digideep.memory.Memory.mirror`, the RAM ring itself on
-    the CPU). ``sampler(memory)`` returns ``{key: (num_batches, batch_size, *row_shape)}`` torch
-    tensors on ``device`` plus ``"/indices"``; units after the draw receive those tensors.
-
-    ``state_dict()`` holds the torch generator's state (a uint8 tensor) beside the numpy generator's
-    (which units may draw from), so a resumed run draws the same batches. A state saved on another
-    device type (a CUDA run resumed on the CPU, or a state of :class:`UniformTransitions`) cannot
-    continue that stream: the generator is then seeded from the numpy generator, deterministically.
+    """:class:`UniformTransitions` on a torch device: indices drawn there by a ``torch.Generator``, rows
+    gathered from the memory's device mirror; units after the draw receive tensors on ``device``.
+    A saved state of another device type cannot continue its stream: the generator is then seeded
+    from the numpy generator, the same way on every resume.
 
     Args:
         batch_size: transitions per batch.
@@ -281,11 +272,8 @@ def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
 
 
 def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """:func:`uniform_transitions` on a torch device: drawn by a ``torch.Generator`` there, gathered
-    from the memory's device mirror (:meth:`~digideep.memory.Memory.mirror`), no host copy.
-
-    The same distribution as :func:`uniform_transitions` (uniform, with replacement, over every
-    worker's valid rows, never the final prestep), from another random stream.
+    """:func:`uniform_transitions` on a torch device, from the memory's device mirror: the same
+    distribution, another random stream.
 
     info:
         batch_size (int), num_batches (int, default 1), keys (list[str] | None, default all): as in
