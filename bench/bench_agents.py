@@ -43,7 +43,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -56,6 +55,7 @@ import torch
 from common import interleaved as common_interleaved
 from common import machine, timed
 
+from digideep.agents.base import OnDevice
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
@@ -90,7 +90,7 @@ def digideep_off_policy(
     sample_only: bool = False,
     **kw: Any,
 ):
-    session = SimpleNamespace(device=torch.device("cpu"))
+    session = OnDevice(torch.device("cpu"))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
     agent = cls(
@@ -297,7 +297,7 @@ def digideep_ppo(
     """``(run, act_only, explorer)``: Explorer + RolloutMemory + PPO on 2048-frame chunks."""
     from digideep.environment.make_environment import MakeEnvironment
 
-    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    session = OnDevice(torch.device("cpu"))
     env_params = {"model_name": "HalfCheetah-v5", "vectorization": vectorization}
     observation_space, action_space = MakeEnvironment(**env_params).spaces()
     agent = PPO(
@@ -395,7 +395,7 @@ def random_agent_explorer(n_steps: int) -> Explorer:
     from digideep.environment.make_environment import MakeEnvironment
     from digideep.environment.random_agent import RandomAgent
 
-    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    session = OnDevice(torch.device("cpu"))
     env_params = {"model_name": "HalfCheetah-v5"}
     _, action_space = MakeEnvironment(**env_params).spaces()
     agent = RandomAgent("agent", session, None, action_space["agent"], seed=0)

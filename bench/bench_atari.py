@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -57,6 +56,7 @@ def report(title: str, rates: dict[str, float], baseline: str, unit: str) -> Non
 
 def ppo_parts(vectorization: str) -> tuple[Any, Any, Any, Any]:
     """``(agent, explorer, memory, env params)`` as ``params/atari_ppo.py`` builds them, on the CPU."""
+    from digideep.agents.base import OnDevice
     from digideep.agents.ppo import PPO
     from digideep.environment.explorer import Explorer
     from digideep.environment.make_environment import MakeEnvironment
@@ -65,7 +65,7 @@ def ppo_parts(vectorization: str) -> tuple[Any, Any, Any, Any]:
 
     params = atari_ppo.gen_params({**atari_ppo.cpanel, "model_name": GAME, "vectorization": vectorization})
     env = params["env"]
-    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    session = OnDevice(torch.device("cpu"))
     observation_space, action_space = MakeEnvironment(**env).spaces()
     args = params["agents"]["agent"]["args"]
     agent = PPO("agent", session, observation_space, action_space["agent"], **args)

@@ -79,7 +79,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +93,7 @@ import torch  # noqa: E402
 from common import interleaved, machine, timed  # noqa: E402
 from torch import nn  # noqa: E402
 
+from digideep.agents.base import OnDevice  # noqa: E402
 from digideep.agents.off_policy import Transitions  # noqa: E402
 from digideep.agents.sac import SAC  # noqa: E402
 from digideep.agents.td3 import TD3  # noqa: E402
@@ -150,7 +150,7 @@ def digideep_update(name: str, mode: str, data: Transitions, device: torch.devic
     cls = {"SAC": SAC, "TD3": TD3}[name]
     agent = cls(
         "agent",
-        SimpleNamespace(device=device),
+        OnDevice(device),
         gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32),
         gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32),
         batch_size=BATCH,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +21,7 @@ from torch import nn
 from digideep.agents.update_modes import UpdateFunction, check_update_mode
 from digideep.agents.utils import ObservationAdapter, Observations
 
-__all__ = ["AgentBase", "PolicyBase"]
+__all__ = ["AgentBase", "AgentSession", "OnDevice", "PolicyBase"]
 
 log = logging.getLogger(__name__)
 
@@ -95,19 +97,41 @@ class PolicyBase(nn.Module):
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
+class AgentSession(Protocol):
+    """What an agent needs of its session: the device it runs on."""
+
+    def device_for(self, agent: AgentBase, observation_space: gym.Space) -> torch.device: ...
+
+
+@dataclass
+class OnDevice:
+    """A session stand-in outside a run (tests, benchmarks, notebooks): every agent on ``device``, no
+    videos (an Explorer reads ``videos_path``)."""
+
+    device: torch.device | str = "cpu"
+    videos_path: Path | None = None
+
+    def device_for(self, agent: AgentBase, observation_space: gym.Space) -> torch.device:
+        return torch.device(self.device)
+
+
 class AgentBase:
     """An agent: acts for the Explorer, samples its memory and learns for the Runner.
 
     Args:
         name: the agent's name, used in trajectory keys (``/agents/<name>/actions``).
-        session: the running session; its ``device_for(agent, observation_space)`` picks the agent's
-            device (objects without it: ``session.device``; None: the CPU).
+        session: the running session (:class:`AgentSession`): its ``device_for(agent,
+            observation_space)`` picks the agent's device; :class:`OnDevice` outside a run, or None
+            for the CPU.
         observation_space: the single-environment observation space.
         action_space: this agent's own action space.
         **params: the agent's slice of the params tree; subclasses take typed keywords.
     """
 
     hidden_size: int = 1
+    auto_device: ClassVar[str | None] = None
+    """The device ``device: auto`` gives this class on a machine with CUDA (``"cpu"`` or ``"cuda"``);
+    None leaves it to :func:`digideep.pipeline.devices.auto_device`'s rule."""
     update_mode: str | None = None
     """How the update function runs (``eager``, ``compile``, ``cudagraphs``) once resolved by
     :meth:`update_function`; None for an agent that does not run one."""
@@ -117,7 +141,7 @@ class AgentBase:
     def __init__(
         self,
         name: str,
-        session: Any,
+        session: AgentSession | None,
         observation_space: gym.Space,
         action_space: gym.Space,
         **params: Any,
@@ -131,12 +155,7 @@ class AgentBase:
         self.session = session
         self.observation_space = observation_space
         self.action_space = action_space
-        device_for = getattr(session, "device_for", None)  # a Session picks per agent (device auto)
-        self.device = (
-            device_for(self, observation_space)
-            if callable(device_for)
-            else torch.device(getattr(session, "device", "cpu"))
-        )
+        self.device = torch.device("cpu") if session is None else session.device_for(self, observation_space)
         self.obs = self._observation_adapter(observation_space)
         self.updates = 0  # gradient steps made
         self.iterations = 0  # update() calls that made gradient steps

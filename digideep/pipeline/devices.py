@@ -34,11 +34,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
 
 import gymnasium as gym
 import torch
 
+from digideep.agents.base import AgentBase
 from digideep.environment.spaces import is_image
 from digideep.errors import UsageError
 
@@ -98,7 +98,9 @@ def default_device(request: str) -> torch.device:
     return torch.device(request)
 
 
-def auto_device(agent: Any, observation_space: gym.Space, cuda_available: bool) -> tuple[torch.device, str]:
+def auto_device(
+    agent: AgentBase, observation_space: gym.Space, cuda_available: bool
+) -> tuple[torch.device, str]:
     """The device ``auto`` gives ``agent`` and the reason, by the rule in this module's docstring.
 
     Args:
@@ -108,7 +110,7 @@ def auto_device(agent: Any, observation_space: gym.Space, cuda_available: bool) 
     """
     if not cuda_available:
         return torch.device("cpu"), "no CUDA device here"
-    preference = getattr(type(agent), "auto_device", None)
+    preference = type(agent).auto_device
     if preference in ("cpu", "cuda"):
         return torch.device(preference), f"{type(agent).__name__}.auto_device = '{preference}'"
     if _has_images(observation_space):
@@ -126,14 +128,14 @@ def auto_device(agent: Any, observation_space: gym.Space, cuda_available: bool) 
     )
 
 
-def agent_device(agent: Any, observation_space: gym.Space, request: str) -> torch.device:
+def agent_device(agent: AgentBase, observation_space: gym.Space, request: str) -> torch.device:
     """The device of ``agent`` under ``request``; logs the choice and why."""
     if request == "auto":
         device, why = auto_device(agent, observation_space, torch.cuda.is_available())
         why = f"auto: {why}"
     else:
         device, why = torch.device(request), f"requested '{request}'"
-    log.info("agent '%s' (%s) on %s: %s", getattr(agent, "name", "?"), type(agent).__name__, device, why)
+    log.info("agent '%s' (%s) on %s: %s", agent.name, type(agent).__name__, device, why)
     return device
 
 

@@ -312,8 +312,8 @@ class Runner(RunnerStateMixin):
             if iterations:
                 yield "iterate", functools.partial(self.iterate, iterations)
             else:
-                for stage in ITERATION_STAGES:
-                    yield stage, getattr(self, stage)
+                yield from (("explore", self.explore), ("store", self.store))
+                yield from (("sample", self.sample), ("update", self.update))
             if self.at_epoch_end:
                 if self.test_due():
                     yield "test", self.test

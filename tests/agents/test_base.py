@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+from digideep.agents.base import OnDevice
 from digideep.agents.sac import SAC
 from digideep.agents.sac.policy import SACPolicy
 from digideep.agents.utils import BoxScaler, MetricAccumulator, ObservationAdapter
@@ -104,7 +103,7 @@ def test_a_state_saved_on_the_cpu_loads_onto_the_agents_device(device) -> None:
     """Networks and optimizer states reach the agent's device through ``load_state_dict``."""
     obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     act_space = gym.spaces.Box(-2, 2, (1,), np.float32)
-    on_device = SimpleNamespace(device=torch.device(device))
+    on_device = OnDevice(torch.device(device))
     torch.manual_seed(0)
     trained = SAC("agent", on_device, obs_space, act_space, hidden_sizes=[16], batch_size=8)
     rng = np.random.default_rng(0)

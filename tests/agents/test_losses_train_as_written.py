@@ -9,13 +9,12 @@ needs CUDA and is covered where one is present (``tests/agents/test_update_modes
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+from digideep.agents.base import OnDevice
 from digideep.agents.ddpg import DDPG
 from digideep.agents.off_policy import Transitions
 from digideep.agents.sac import SAC
@@ -24,7 +23,7 @@ from digideep.agents.td3 import TD3
 from digideep.agents.td3 import losses as td3_losses
 from digideep.memory import Memory
 
-SESSION = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+SESSION = OnDevice(torch.device("cpu"))
 OBSERVATIONS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
 ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 AGENTS = {"SAC": (SAC, sac_losses), "TD3": (TD3, td3_losses), "DDPG": (DDPG, td3_losses)}

@@ -4,13 +4,13 @@ returns, exact resume of the emulator, and the one-line errors."""
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
+from digideep.agents.base import OnDevice
 from digideep.agents.ppo import PPO
 from digideep.environment import atari
 from digideep.environment.make_environment import MakeEnvironment
@@ -118,7 +118,7 @@ def test_rollout_memory_holds_each_frame_once_and_gives_the_chunk_back_bit_for_b
 def test_ppo_learns_the_same_from_frames_held_once(make_explorer) -> None:
     """The frame codec changes nothing in training: the same update, bit for bit, as from plain arrays."""
     observation_space, action_space = MakeEnvironment(**BREAKOUT).spaces()
-    session = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+    session = OnDevice(torch.device("cpu"))
 
     def agent() -> PPO:
         torch.manual_seed(0)

@@ -3,22 +3,20 @@ modules' own parameters, and checkpoints of the per-parameter optimizer layout s
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from torch.distributions import Normal
 
-from digideep.agents.base import AgentBase
+from digideep.agents.base import AgentBase, OnDevice
 from digideep.agents.ppo import PPO
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory
 
-SESSION = SimpleNamespace(device=torch.device("cpu"), videos_path=None)
+SESSION = OnDevice(torch.device("cpu"))
 ENV = {"model_name": "Pendulum-v1"}
 
 
