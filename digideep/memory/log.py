@@ -5,7 +5,8 @@ Layout of the group (``<session>/memory/<name>.zarr``, a local folder or a URL):
     zarr.json                 its attribute "digideep_memory" is the commit record (Record)
     observations/c/...        one array per key, (W, LOG_ROWS, *row_shape): row g is global row g
                               (ring.py), in chunks of chunk_rows rows, each ending with its crc32c
-    _prestep/observations/... the final prestep row of each committed state, at its global row
+    _prestep/<total>          the final prestep rows of the state committed at ``total``, every key
+                              in the record's order, in one object (its crc32c in the record)
 
 A row is written once: a flush writes the chunk being filled as far as it goes, a later write of it
 keeps those rows' bytes, and every file or object is written whole. The record is one atomic write.
@@ -30,6 +31,8 @@ from math import prod
 import google_crc32c
 import numpy as np
 import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 import digideep
 from digideep.memory.layout import DamagedMemoryError, KeySpec, compressors, fill_value
@@ -87,7 +90,7 @@ class Record:
     rows: dict[str, int] = field(default_factory=dict)
     first: int = 0
     checkpoints: tuple[int, ...] = ()
-    presteps: tuple[int, ...] = ()
+    presteps: dict[int, int] = field(default_factory=dict)  # total -> crc32c of its prestep object
 
     def to_json(self, num_workers: int, capacity: int) -> dict:
         keys = {
@@ -103,7 +106,7 @@ class Record:
             "first": self.first,
             "keys": keys,
             "checkpoints": list(self.checkpoints),
-            "presteps": list(self.presteps),
+            "presteps": [[total, crc] for total, crc in self.presteps.items()],
         }
         return {**record, "crc32c": record_crc(record)}
 
@@ -117,7 +120,7 @@ class Record:
             {key: int(entry["chunk_rows"]) for key, entry in keys.items()},
             int(record["first"]),
             tuple(int(t) for t in record["checkpoints"]),
-            tuple(int(t) for t in record["presteps"]),
+            {int(total): int(crc) for total, crc in record["presteps"]},
         )
 
 
@@ -190,7 +193,6 @@ class ZarrLog:
         self.compression = compression
         self.root: zarr.Group | None = None
         self.arrays: dict[str, zarr.Array] = {}
-        self.presteps: dict[str, zarr.Array] = {}
         self.since: dict[str, int] = {}  # every key with an array, committed or not
         self.record = Record()  # the last commit
 
@@ -229,7 +231,7 @@ class ZarrLog:
                 "it, or delete the folder (or pick another path) to start a new memory"
             )
         self.root = self.location.open_group("w")
-        self.arrays, self.presteps, self.since = {}, {}, {}
+        self.arrays, self.since = {}, {}
         self._commit(Record())
 
     def open(self) -> Record:
@@ -271,11 +273,11 @@ class ZarrLog:
             )
         record = Record.from_json(raw)
         root = self.location.open_group("r+")
-        arrays, presteps = {}, {}
-        for key, spec in record.specs.items():
-            arrays[key] = self._opened(root, key[1:], key, spec, record.rows[key])
-            presteps[key] = self._opened(root, f"{PRESTEP}{key}", key, spec, 1)
-        self.root, self.arrays, self.presteps = root, arrays, presteps
+        arrays = {
+            key: self._opened(root, key[1:], key, spec, record.rows[key])
+            for key, spec in record.specs.items()
+        }
+        self.root, self.arrays = root, arrays
         self.since, self.record = dict(record.since), record
         return record
 
@@ -310,17 +312,16 @@ class ZarrLog:
         assert self.root is not None
         if key.split("/")[1] == PRESTEP:
             raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the log; rename it")
-        for path, chunk_rows, into in ((key[1:], rows, self.arrays), (f"{PRESTEP}{key}", 1, self.presteps)):
-            into[key] = self.root.create_array(
-                path,
-                shape=(self.num_workers, LOG_ROWS, *spec.shape),
-                chunks=(self.chunk_workers, chunk_rows, *(max(1, d) for d in spec.shape)),
-                dtype=spec.dtype,
-                fill_value=fill_value(spec.dtype),
-                compressors=compressors(self.compression, spec),
-                overwrite=True,
-                config=ARRAY_CONFIG,
-            )
+        self.arrays[key] = self.root.create_array(
+            key[1:],
+            shape=(self.num_workers, LOG_ROWS, *spec.shape),
+            chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
+            dtype=spec.dtype,
+            fill_value=fill_value(spec.dtype),
+            compressors=compressors(self.compression, spec),
+            overwrite=True,
+            config=ARRAY_CONFIG,
+        )
         self.since[key] = since
 
     def write_many(self, writes: list[tuple[str, int, int, np.ndarray | np.generic]]) -> None:
@@ -348,21 +349,19 @@ class ZarrLog:
             and (state.total in record.presteps or not prestep)
         ):
             return
+        presteps = dict(record.presteps)
         jobs = [partial(self._write, *write) for write in writes]
-        jobs += [partial(self._write_prestep, key, state.total, row) for key, row in prestep.items()]
+        if prestep:
+            data = b"".join(np.ascontiguousarray(prestep[key]).tobytes() for key in specs)
+            presteps[state.total] = google_crc32c.value(data)
+            jobs.append(partial(_put, self.root, f"{PRESTEP}/{state.total}", data))
         _concurrently(jobs)
-        presteps = self.record.presteps
-        if prestep and state.total not in presteps:
-            presteps = (*presteps, state.total)
         rows = {key: self.arrays[key].chunks[1] for key in specs}
         since = {key: self.since[key] for key in specs}
         self._commit(
             replace(self.record, state=state, specs=dict(specs), since=since, rows=rows, presteps=presteps)
         )
         logger.debug("%s committed: %s", self.what, state)
-
-    def _write_prestep(self, key: str, total: int, row: np.ndarray) -> None:
-        self.presteps[key][:, total : total + 1] = row[:, None]
 
     def _commit(self, record: Record) -> None:
         assert self.root is not None
@@ -386,14 +385,13 @@ class ZarrLog:
         checkpoints = (*(t for t in record.checkpoints if t < state.total), state.total)
         checkpoints = checkpoints[-keep:] if keep > 0 else checkpoints
         first = max(record.first, min(max(0, t - (self.capacity - 1)) for t in checkpoints))
-        presteps = tuple(t for t in record.presteps if t in checkpoints)
+        presteps = {t: crc for t, crc in record.presteps.items() if t in checkpoints}
         self._commit(replace(record, first=first, checkpoints=checkpoints, presteps=presteps))
-        dropped = []
+        dropped = [f"{PRESTEP}/{t}" for t in record.presteps if t not in presteps]
         for key, array in self.arrays.items():
             rows = array.chunks[1]
             start = max(record.first, self.since.get(key, 0)) // rows
             dropped += _chunk_keys(array, range(start, first // rows))
-            dropped += _chunk_keys(self.presteps[key], sorted(set(record.presteps) - set(presteps)))
         return dropped
 
     def delete(self, keys: list[str]) -> None:
@@ -441,10 +439,6 @@ class ZarrLog:
             else:
                 pieces = range(start // rows * rows, stop, rows)
                 reads += [(array, key, None, max(a, start), min(stop, a + rows)) for a in pieces]
-            if target.total in record.presteps:
-                missing[key] += _missing(self.root, self.presteps[key], [target.total])
-                prestep[key] = placeholder_array((self.num_workers, 1, *spec.shape), spec.dtype)
-                reads.append((self.presteps[key], key, prestep[key], target.total, target.total + 1))
         for key, found in missing.items():
             if found:
                 shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
@@ -453,7 +447,8 @@ class ZarrLog:
                     f"({shown}), though the commit record says their rows were written (a file deleted)"
                 )
         self._read(reads)
-        prestep = {key: row[:, 0] for key, row in prestep.items()}
+        if target.total in record.presteps:
+            prestep = self._read_prestep(target.total, record.presteps[target.total], specs)
         if arrays is not None:
             for key, row in prestep.items():
                 arrays[key][:, state.pos] = row
@@ -479,6 +474,25 @@ class ZarrLog:
                     f"({shown})"
                 ) from None
 
+    def _read_prestep(self, total: int, crc: int, specs: Mapping[str, KeySpec]) -> dict[str, np.ndarray]:
+        """The final prestep rows of the state committed at ``total``, ``(W, *row_shape)`` per key.
+
+        Raises:
+            DamagedMemoryError: the object is missing or fails its checksum.
+        """
+        key = f"{PRESTEP}/{total}"
+        data = _get(self.root, key)
+        if data is None or google_crc32c.value(data) != crc:
+            problem = "is missing" if data is None else "fails its checksum"
+            raise DamagedMemoryError(f"{self.what} is damaged: the final prestep rows ({key}) {problem}")
+        rows, offset = {}, 0
+        for name, spec in specs.items():
+            shape = (self.num_workers, *spec.shape)
+            size = spec.dtype.itemsize * prod(shape)
+            rows[name] = np.frombuffer(data, spec.dtype, prod(shape), offset).reshape(shape).copy()
+            offset += size
+        return rows
+
     def adopt(self, readback: Readback) -> None:
         """Make ``readback`` (:meth:`read_back`'s) the committed state: the keys and checkpoints
         after it are dropped from the record (their rows become the next writer's to overwrite)."""
@@ -493,7 +507,7 @@ class ZarrLog:
                     since={key: self.since[key] for key in readback.specs},
                     rows={key: record.rows[key] for key in readback.specs},
                     checkpoints=tuple(t for t in record.checkpoints if t <= total),
-                    presteps=tuple(t for t in record.presteps if t <= total),
+                    presteps={t: crc for t, crc in record.presteps.items() if t <= total},
                 )
             )
 
@@ -536,6 +550,19 @@ def _concurrently(jobs: list[Callable[[], None]]) -> None:
     with ThreadPoolExecutor(min(len(jobs), _THREADS)) as pool:
         for future in [pool.submit(job) for job in jobs]:
             future.result()
+
+
+def _put(root: zarr.Group | None, key: str, data: bytes) -> None:
+    """Write ``data`` as the object ``key`` of the group's store (whole, as zarr writes its chunks)."""
+    assert root is not None
+    sync(root.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+
+
+def _get(root: zarr.Group | None, key: str) -> bytes | None:
+    """The object ``key`` of the group's store, or None when it is missing."""
+    assert root is not None
+    buffer = sync(root.store.get(key, prototype=default_buffer_prototype()))
+    return None if buffer is None else buffer.to_bytes()
 
 
 def _chunk_keys(array: zarr.Array, row_chunks: range | list[int]) -> list[str]:

@@ -77,8 +77,8 @@ def test_a_damaged_commit_record_is_refused(tmp_path: Path) -> None:
 def test_damage_in_a_final_prestep_row_is_caught_when_the_checkpoint_is_restored(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
     _, state = written(path)
-    flip_low_bit(path / "_prestep" / "rewards" / "c" / "0" / "24" / "0")
-    with pytest.raises(DamagedMemoryError, match="key '/rewards'"):
+    flip_low_bit(path / "_prestep" / "24")
+    with pytest.raises(DamagedMemoryError, match=r"final prestep rows \(_prestep/24\) fails its checksum"):
         Memory(path, W, CAPACITY).restore(state)
 
 
@@ -166,8 +166,8 @@ def test_a_deleted_chunk_file_is_caught_naming_the_memory_key_and_chunk(tmp_path
 def test_a_deleted_final_prestep_chunk_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
     state = stored_past_the_checkpoint(path)
-    (path / "_prestep" / "rewards" / "c" / "0" / "12" / "0").unlink()
-    with pytest.raises(DamagedMemoryError, match=r"key '/rewards' are missing \(_prestep/rewards/c/0/12/0\)"):
+    (path / "_prestep" / "12").unlink()
+    with pytest.raises(DamagedMemoryError, match=r"final prestep rows \(_prestep/12\) is missing"):
         Memory(path, W, CAPACITY).restore(state)
 
 
