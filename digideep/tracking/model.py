@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from digideep.agents.base import OnDevice
 from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
 from digideep.storage.checkpoint import load_checkpoint, read_runner_info
@@ -106,12 +107,6 @@ class PolicyModule(nn.Module):
         return self._act(x, hidden, column + 1.0, True)["actions"]
 
 
-class _CpuSession:
-    """What an agent asks of its session when it is rebuilt for export: the CPU."""
-
-    device = torch.device("cpu")
-
-
 def build_policy(checkpoint: str | Path | Location) -> tuple[PolicyModule, Any]:
     """The checkpoint's agent on the CPU as a :class:`PolicyModule`, and its observation space.
 
@@ -140,7 +135,7 @@ def build_policy(checkpoint: str | Path | Location) -> tuple[PolicyModule, Any]:
     module_name, _, class_name = spec["type"].rpartition(".")
     agent = getattr(import_module(module_name), class_name)(
         name=name,
-        session=_CpuSession(),
+        session=OnDevice("cpu"),  # rebuilt for export: the CPU
         observation_space=observation_space,
         action_space=action_spaces[name],
         **acting_only(spec.get("args", {})),
