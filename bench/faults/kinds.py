@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.faults.run import Driver, Ended, Process, journal_records
-from digideep.storage.checkpoint import COMMIT_FILE, SAVING_MARK, find_checkpoints
+from digideep.storage.checkpoint import COMMIT_FILE, STATES_FILE, find_checkpoints
 
 STOP_BOUND = 60.0
 """Seconds a Ctrl-C or SIGTERM may take to stop a run (it takes a few): past it the stop hangs."""
@@ -93,13 +93,14 @@ def kill_random(trial: Trial) -> None:
 
 
 def kill_at_checkpoint(trial: Trial) -> None:
-    """SIGKILL while the n-th checkpoint is written (its ``.saving`` mark, no commit yet), or once committed."""
+    """SIGKILL while the n-th checkpoint is written (its files, no commit yet), or once committed."""
     nth, staging = trial.rng.randint(1, 3), trial.rng.random() < 0.5
     checkpoints = trial.session / "checkpoints"
 
     def condition() -> bool:
         done = len(list(checkpoints.glob(f"checkpoint-*/{COMMIT_FILE}")))
-        writing = staging and any(checkpoints.glob(f"checkpoint-*/{SAVING_MARK}"))
+        written = {f.parent for f in checkpoints.glob(f"checkpoint-*/{STATES_FILE}")}
+        writing = staging and any(not (folder / COMMIT_FILE).exists() for folder in written)
         return done >= nth or (done == nth - 1 and writing)
 
     state = "while written" if staging else "committed"

@@ -15,11 +15,7 @@ commit record, ``commit.json``, naming each file with its size and sha256, is wr
 local disk atomically, on an object store with one PUT). Nothing is ever renamed, so the same code
 serves local disks and object stores, which have no atomic rename. Only committed checkpoints are
 trusted: a save cut short leaves files without a record, which readers ignore and the next save
-removes; loading checks every size and hash against the record. Checkpoint folders written by
-older digideep versions (formats 1 and 2, committed by a folder rename, so without a record) load
-as before: a save of this version marks its folder with an empty ``.saving`` file before anything
-else and deletes the mark after the commit, so files without a record and without the mark are an
-older version's complete checkpoint, and files with the mark but no record are a save cut short.
+removes; loading checks every size and hash against the record.
 
 A checkpoint whose files are missing or differ from its record raises
 :class:`DamagedCheckpointError` when loaded; a resume then tries the next older committed one
@@ -46,13 +42,12 @@ import torch
 
 from digideep import __version__
 from digideep.errors import UsageError
-from digideep.storage.codec import decode, decode_v1, encode
+from digideep.storage.codec import decode, encode
 from digideep.storage.location import Location, location_of
 
 __all__ = [
     "COMMIT_FILE",
     "FORMAT_VERSION",
-    "READABLE_VERSIONS",
     "Checkpoint",
     "DamagedCheckpointError",
     "PendingCheckpoint",
@@ -69,21 +64,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-"""Raised whenever the layout of runner.json or states.pt changes incompatibly.
-
-1: numpy arrays tagged ``__numpy__`` by the checkpoint, environment-side states with their own tags
-and bare tensors for arrays. 2: one codec (:mod:`digideep.storage.codec`) for the whole tree. The
-commit record (``commit.json``) changed neither file: older readers load committed checkpoints.
-"""
-READABLE_VERSIONS = (1, 2)
-"""Format versions this digideep loads (version 1 is converted on load)."""
+"""Raised whenever the layout of runner.json or states.pt changes incompatibly; only this one loads."""
 
 RUNNER_FILE = "runner.json"
 STATES_FILE = "states.pt"
 COMMIT_FILE = "commit.json"
 """The commit record: ``{"iteration": N, "files": {name: {"size": bytes, "sha256": hex}}}``."""
-SAVING_MARK = ".saving"
-"""Written first by a save, deleted after its commit: tells a save cut short from an old checkpoint."""
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 Folder = str | Path | Location
@@ -137,7 +123,6 @@ class PendingCheckpoint:
         }
         (self.location / COMMIT_FILE).write_json(record)
         self.location.sync()
-        (self.location / SAVING_MARK).delete()  # the record wins over the mark: losing this is harmless
         return Checkpoint(self.location, self.iteration)
 
     def write_copy(self, folder: Path) -> Path:
@@ -187,7 +172,6 @@ def write_checkpoint(
     }
     target.mkdir()
     try:
-        (target / SAVING_MARK).write_bytes(b"")  # first: without a record later, this is a torn save
         for name, data in files.items():
             (target / name).write_bytes(data)
     except BaseException:
@@ -204,16 +188,14 @@ def save_checkpoint(
 
 
 def remove_leftovers(folder: Folder) -> list[Location]:
-    """Delete what saves cut short left under ``folder``: ``checkpoint-*`` folders with the mark of
-    a save and no commit record (or nothing at all), and the ``.tmp-checkpoint-*`` folders of older
-    versions. Damaged committed checkpoints stay for their owner to look at. Returns what was deleted."""
+    """Delete what saves cut short left under ``folder``: ``checkpoint-*`` folders without a commit
+    record. Damaged committed checkpoints stay for their owner to look at. Returns what was deleted."""
     folder = location_of(folder)
     listing = _listing(folder)
     deleted = []
     for child in folder.children():
         files = listing.get(child.name, set())
-        torn = _NAME.match(child.name) and COMMIT_FILE not in files and (SAVING_MARK in files or not files)
-        if torn or child.name.startswith(".tmp-checkpoint-"):
+        if _NAME.match(child.name) and COMMIT_FILE not in files:
             log.info("removing the unfinished checkpoint %s", child)
             child.delete()
             deleted.append(child)
@@ -221,14 +203,13 @@ def remove_leftovers(folder: Folder) -> list[Location]:
 
 
 def incomplete_checkpoints(folder: Folder) -> list[Location]:
-    """``checkpoint-*`` folders that are neither committed and complete nor a save cut short: a
-    committed checkpoint that lost a file, or an older version's folder that lacks one."""
+    """``checkpoint-*`` folders committed but incomplete (a file of the record lost)."""
     folder = location_of(folder)
     complete = {c.location.name for c in find_checkpoints(folder)}
     return [
         folder / name
         for name, files in sorted(_listing(folder).items())
-        if name not in complete and not (SAVING_MARK in files and COMMIT_FILE not in files)
+        if name not in complete and COMMIT_FILE in files
     ]
 
 
@@ -251,14 +232,13 @@ def _delete_checkpoint(location: Location) -> None:
 def find_checkpoints(folder: Folder) -> list[Checkpoint]:
     """Committed and complete checkpoints under ``folder``, oldest first (one listing of the folder).
 
-    Committed: a commit record, or (an older version's folder) no record and no mark of a save.
-    Complete: both files present; their sizes and hashes are checked when loaded.
+    Committed: a commit record. Complete: both files present; their sizes and hashes are checked
+    when loaded.
     """
     folder = location_of(folder)
     found = []
     for name, files in _listing(folder).items():
-        committed = COMMIT_FILE in files or SAVING_MARK not in files
-        if committed and {RUNNER_FILE, STATES_FILE} <= files:
+        if COMMIT_FILE in files and {RUNNER_FILE, STATES_FILE} <= files:
             found.append(Checkpoint(folder / name, int(_NAME.match(name).group(1))))
     return sorted(found, key=lambda c: c.iteration)
 
@@ -328,11 +308,11 @@ def _read_runner_info(location: Location) -> tuple[dict[str, Any], bytes]:
         raise DamagedCheckpointError(
             f"checkpoint file '{runner_file}' is not a digideep runner.json (no format_version)"
         )
-    if info["format_version"] not in READABLE_VERSIONS:
-        readable = " and ".join(str(v) for v in READABLE_VERSIONS)
+    if info["format_version"] != FORMAT_VERSION:
         raise UsageError(
             f"checkpoint file '{runner_file}' has format version {info['format_version']} "
-            f"(digideep {info.get('digideep_version', '?')}); this digideep {__version__} reads versions {readable}"
+            f"(digideep {info.get('digideep_version', '?')}); this digideep {__version__} reads version "
+            f"{FORMAT_VERSION} only: resume it with the version that wrote it, or start a new session"
         )
     for name in ("params", "iteration"):
         if name not in info:
@@ -342,19 +322,16 @@ def _read_runner_info(location: Location) -> tuple[dict[str, Any], bytes]:
     return info, data
 
 
-def _commit_record(location: Location) -> dict[str, dict[str, Any]] | None:
-    """The files the commit record lists (None for a folder of an older version, which has none).
+def _commit_record(location: Location) -> dict[str, dict[str, Any]]:
+    """The files the commit record lists.
 
     Raises:
-        UsageError: the checkpoint has no record but the mark of a save (cut short), or the record
-            is damaged.
+        UsageError: the checkpoint has no record (its save was cut short), or the record is damaged.
     """
     record_file = location / COMMIT_FILE
     try:
         record = record_file.read_json()
     except FileNotFoundError:
-        if not (location / SAVING_MARK).exists():
-            return None  # written by an older version, committed by a folder rename
         raise DamagedCheckpointError(
             f"checkpoint '{location}' was never committed (no {COMMIT_FILE}: its save was cut short); "
             "load an earlier checkpoint"
@@ -391,7 +368,7 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
     ``states.pt`` is loaded with ``weights_only=True``: a checkpoint can hold tensors, arrays and
     plain containers, never code. It is always read with ``map_location="cpu"``, wherever it was
     written: numpy, RNG and pointer states stay on the CPU, and each ``load_state_dict`` moves
-    network and optimizer tensors to its own device. A version 1 checkpoint is converted.
+    network and optimizer tensors to its own device.
 
     Raises:
         DamagedCheckpointError: a file is missing, truncated, damaged or uncommitted.
@@ -400,8 +377,7 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
     location = location_of(path)
     info, runner_data = _read_runner_info(location)
     files = _commit_record(location)
-    if files is not None:
-        _verify(location / RUNNER_FILE, runner_data, files[RUNNER_FILE])
+    _verify(location / RUNNER_FILE, runner_data, files[RUNNER_FILE])
     states_file = location / STATES_FILE
     try:
         data = states_file.read_bytes()
@@ -409,8 +385,7 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DamagedCheckpointError(
             f"checkpoint file '{states_file}' is missing; the checkpoint is incomplete"
         ) from None
-    if files is not None:
-        _verify(states_file, data, files[STATES_FILE])
+    _verify(states_file, data, files[STATES_FILE])
     try:
         states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
@@ -420,16 +395,4 @@ def load_checkpoint(path: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
         ) from None
     if not isinstance(states, dict):
         raise DamagedCheckpointError(f"checkpoint file '{states_file}' does not hold a dict of states")
-    if info["format_version"] == 1:
-        return info, _upgrade_v1(states)
     return info, decode(states)
-
-
-def _upgrade_v1(states: dict[str, Any]) -> dict[str, Any]:
-    """Decode a format 1 ``states.pt``: explorer states stored numpy arrays as bare tensors."""
-    explorers = states.get("explorers", {})
-    decoded = decode_v1({key: value for key, value in states.items() if key != "explorers"})
-    decoded["explorers"] = {
-        mode: decode_v1(state, tensors_are_arrays=True) for mode, state in explorers.items()
-    }
-    return decoded

@@ -17,8 +17,6 @@ component may encode its own part and the checkpoint may encode the whole tree a
 
 :func:`decode` never hands a tensor on another device to numpy: data is moved to the CPU first, so
 a tree loaded with any ``map_location`` decodes. Checkpoints load with ``map_location="cpu"``.
-
-The tags of checkpoint format 1 (two codecs, before this module) are read by :func:`decode_v1`.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import numpy as np
 import torch
 from gymnasium.wrappers.utils import RunningMeanStd
 
-__all__ = ["SIMPLE_TYPES", "TAG", "decode", "decode_v1", "encode", "is_encodable"]
+__all__ = ["SIMPLE_TYPES", "TAG", "decode", "encode", "is_encodable"]
 
 TAG = "__codec__"
 SIMPLE_TYPES = (bool, int, float, str, type(None))
@@ -145,40 +143,3 @@ def _rms(mean: Any, var: Any, count: Any) -> RunningMeanStd:
     rms = RunningMeanStd()
     rms.mean, rms.var, rms.count = mean, var, count
     return rms
-
-
-# -- checkpoint format 1 ---------------------------------------------------------------------------
-_V1_NUMPY = "__numpy__"  # digideep.storage.checkpoint.encode_states of format 1
-
-
-def decode_v1(value: Any, tensors_are_arrays: bool = False) -> Any:
-    """Decode a tree written by the two codecs of checkpoint format 1 into live values.
-
-    Format 1 tagged numpy arrays as ``{"__numpy__": tensor, "dtype", "shape"}`` at the checkpoint
-    level, while environment-side states (explorers, normalisers, captured envs, the random agent)
-    stored arrays as *untagged* tensors and used ``__scalar__``, ``__tuple__``, ``__deque__``,
-    ``__rng__`` and ``__rms__`` tags. ``tensors_are_arrays`` says that the subtree is such an
-    environment-side state, where every bare tensor stands for a numpy array.
-    """
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy().copy() if tensors_are_arrays else value
-    if isinstance(value, list):
-        return [decode_v1(v, tensors_are_arrays) for v in value]
-    if isinstance(value, tuple):
-        return tuple(decode_v1(v, tensors_are_arrays) for v in value)
-    if not isinstance(value, dict):
-        return value
-    if _V1_NUMPY in value:
-        return _numpy(value[_V1_NUMPY], value["dtype"]).reshape(value["shape"])
-    if "__scalar__" in value:
-        return decode_v1(value["__scalar__"], True)[()]
-    if "__tuple__" in value:
-        return tuple(decode_v1(v, tensors_are_arrays) for v in value["__tuple__"])
-    if "__deque__" in value:
-        return deque((decode_v1(v, tensors_are_arrays) for v in value["__deque__"]), maxlen=value["maxlen"])
-    if "__rng__" in value:
-        return _generator(value["__rng__"])
-    if "__rms__" in value:
-        stats = {k: decode_v1(v, True) for k, v in value["__rms__"].items()}
-        return _rms(stats["mean"], stats["var"], stats["count"])
-    return {k: decode_v1(v, tensors_are_arrays) for k, v in value.items()}

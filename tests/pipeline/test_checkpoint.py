@@ -5,15 +5,12 @@ import threading
 import zipfile
 from collections import deque
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from digideep.errors import UsageError
-from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
 from digideep.storage import checkpoint as ckpt
 from digideep.storage import codec
 from tests.agents.runner_setup import close, iterate, make_runner, small_params
@@ -47,7 +44,8 @@ def test_round_trip_loads_with_weights_only(tmp_path):
 
 
 def test_no_temporary_folder_is_left_and_leftovers_are_cleaned(tmp_path):
-    (tmp_path / ".tmp-checkpoint-3-999").mkdir()
+    (tmp_path / "checkpoint-3").mkdir()  # a save cut short: files, no commit record
+    (tmp_path / "checkpoint-3" / "runner.json").write_text("{}")
     ckpt.save_checkpoint(tmp_path, 4, info(4), states())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
 
@@ -113,7 +111,7 @@ def test_incompatible_version_is_named(tmp_path):
     data = json.loads(saved.runner_file.read_text())
     data["format_version"] = 99
     saved.runner_file.write_text(json.dumps(data))
-    with pytest.raises(UsageError, match=r"has format version 99 .* reads versions 1 and 2"):
+    with pytest.raises(UsageError, match=r"has format version 99 .* reads version 2 only"):
         ckpt.load_checkpoint(saved.path)
 
 
@@ -167,56 +165,6 @@ def test_a_checkpoint_written_on_a_gpu_loads_every_state_on_the_cpu(tmp_path):
     np.random.set_state(loaded["rng"]["numpy"])
 
 
-# -- format 1: the two codecs digideep used before format 2, as they wrote ---------------------------
-def v1_saveable(value):
-    """``environment.wrappers.saveable.to_saveable`` of format 1: bare tensors for arrays."""
-    if isinstance(value, np.generic):
-        return {"__scalar__": v1_saveable(np.asarray(value))}
-    if isinstance(value, bool | int | float | str | type(None)):
-        return value
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.array(value, copy=True, order="C"))
-    if isinstance(value, dict):
-        return {str(k): v1_saveable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [v1_saveable(v) for v in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [v1_saveable(v) for v in value]}
-    if isinstance(value, deque):
-        return {"__deque__": [v1_saveable(v) for v in value], "maxlen": value.maxlen}
-    if isinstance(value, np.random.Generator):
-        return {"__rng__": value.bit_generator.state}
-    raise TypeError(type(value))
-
-
-def v1_encode_states(value):
-    """``pipeline.checkpoint.encode_states`` of format 1: ``__numpy__`` tags, numpy scalars as numbers."""
-    if isinstance(value, np.ndarray):
-        data = torch.from_numpy(np.ascontiguousarray(value).copy())
-        return {"__numpy__": data, "dtype": value.dtype.str, "shape": list(value.shape)}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {k: v1_encode_states(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(v1_encode_states(v) for v in value)
-    return value
-
-
-def write_v1_checkpoint(source: Path, target: Path) -> None:
-    """Rewrite the format 2 checkpoint ``source`` as format 1 would have written it."""
-    info_v1 = json.loads((source / "runner.json").read_text())
-    _, live = ckpt.load_checkpoint(source)
-    environment_side = ("observations", "masks", "hidden_state", "wrappers", "envs")
-    explorers = {
-        mode: {k: v1_saveable(v) if k in environment_side else v for k, v in state.items()}
-        for mode, state in live["explorers"].items()
-    }
-    target.mkdir(parents=True)
-    torch.save(v1_encode_states({**live, "explorers": explorers}), target / "states.pt")
-    (target / "runner.json").write_text(json.dumps({**info_v1, "format_version": 1}))
-
-
 def test_closing_a_runner_ends_its_memories_writers_before_the_session_is_released(tmp_path):
     """A second Runner on the same session may follow at once (a resume in the same process): no
     background Zarr write of the first may land in its folder. (CI once saw the undo area's
@@ -230,23 +178,3 @@ def test_closing_a_runner_ends_its_memories_writers_before_the_session_is_releas
     assert writers, "the replay memory writes behind on a thread of its own"
     close(runner)
     assert not any(t.is_alive() for t in writers)
-
-
-def test_a_format_1_checkpoint_resumes_as_its_format_2_copy(tmp_path):
-    sac = {"batch_size": 16, "updates_per_iteration": 4, "learning_starts": 20, "hidden_sizes": [16]}
-    params = small_params("digideep.agents.sac.SAC", sac, "Pendulum-v1", 1, 20, warm_start=1, capacity=200)
-    runner = make_runner(tmp_path, params)
-    iterate(runner, 2)
-    saved = Path(runner.checkpoint())
-    close(runner)
-    write_v1_checkpoint(saved, tmp_path / "old" / saved.name)
-
-    after = {}
-    for version, path in (("2", saved), ("1", tmp_path / "old" / saved.name)):
-        session = Session(root=tmp_path, name="run", resume=True, device="cpu")
-        resumed = Runner.from_checkpoint(session, path, modes=("train",))
-        iterate(resumed, 2)
-        state = codec.encode(resumed.state_dict())
-        after[version] = {key: state[key] for key in ("agents", "explorers", "memories", "rng")}
-        close(resumed)
-    assert_same_tensors(after["1"], after["2"])
