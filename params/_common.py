@@ -37,10 +37,9 @@ def off_policy_args(cpanel: dict) -> dict:
         "learning_starts": cpanel["learning_starts"],
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "seed": cpanel["seed"],
-        # added later: parameter files of users' own, written before it, keep working
-        "update_mode": cpanel.get("update_mode", "auto"),
-        "replay_device": cpanel.get("replay_device", "auto"),
-        "acting_device": cpanel.get("acting_device", "auto"),
+        "update_mode": cpanel["update_mode"],
+        "replay_device": cpanel["replay_device"],
+        "acting_device": cpanel["acting_device"],
     }
 
 
@@ -62,8 +61,7 @@ def ppo_args(cpanel: dict) -> dict:
         "total_iterations": cpanel["number_epochs"] * cpanel["epoch_size"],
         "hidden_sizes": list(cpanel["hidden_sizes"]),
         "recurrent": cpanel["recurrent"],
-        # knobs added later: parameter files of users' own, written before them, keep working
-        "update_mode": cpanel.get("update_mode", "auto"),
+        "update_mode": cpanel["update_mode"],
     }
 
 

@@ -33,6 +33,8 @@ cpanel = {
     "test_win_size": 10,  # test episodes averaged in the logged test return
     "test_episodes": 5,  # episodes per test
     "update_mode": "auto",  # eager, compile, cudagraphs (CUDA) or auto: the same gradient_step in each
+    "replay_device": "auto",  # where minibatches are drawn: auto (the agent's device; host on the CPU)
+    "acting_device": "auto",  # where actions are computed: auto (host), host, device
     "torch_threads": 1,  # torch.set_num_threads
 }
 # --8<-- [end:cpanel]

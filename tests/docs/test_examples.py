@@ -129,7 +129,7 @@ def test_debug_units_inject_into_the_example_sampler(tmp_path, caplog):
             "/agents/agent/hidden_state": np.zeros((1, T + 1, 1), np.float32),
         }
     )
-    caplog.set_level("INFO", logger="digideep.memory.debug")
+    caplog.set_level("INFO", logger="digideep.memory.sampler")
     batch = agent.sample(memory)
     assert batch["/returns"].shape == (T, 1) and batch["/observations"].shape == (T, 4)
     assert "/returns: (3, 1) float32" in caplog.text
