@@ -8,5 +8,6 @@ errors into one line and an exit status); the modules here hold what each comman
 * :mod:`digideep.cli.parsers`: the ``digideep`` and ``python -m digideep.main`` parsers;
 * :mod:`digideep.cli.train`: ``train`` and ``resume`` (Prefect flow or ``--no-prefect``);
 * :mod:`digideep.cli.play`: ``play``;
-* :mod:`digideep.cli.runs`: ``runs`` (list, compare, register, ui), ``runs sync`` and ``envs``.
+* :mod:`digideep.cli.runs`: ``runs`` (list, compare, register, ui), ``runs sync`` and ``envs``;
+* :mod:`digideep.cli.slurm`: ``slurm submit`` and ``slurm resume`` (a run as a Slurm job).
 """

@@ -91,6 +91,10 @@ def build_cli_parser() -> argparse.ArgumentParser:
 
     add_benchmark_parser(sub)
 
+    from digideep.cli.slurm import add_slurm_parser
+
+    add_slurm_parser(sub)
+
     envs = sub.add_parser(
         "envs",
         help="list registered environments with their spaces, or run one with random actions "

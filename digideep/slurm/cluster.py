@@ -1,0 +1,228 @@
+"""Asking the Slurm cluster before submitting: is it reachable, does the partition exist, do its
+nodes see the session's folder, would it accept the job; then ``sbatch`` itself.
+
+Everything goes through Slurm's own commands (``sinfo``, ``sbatch``), as a user on a login node
+runs them; ``SLURM_CONF`` in the environment picks the cluster as it does for them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from digideep.errors import UsageError
+
+__all__ = [
+    "LOCAL_FILESYSTEMS",
+    "Cluster",
+    "check_partition",
+    "check_time_limit",
+    "check_visible",
+    "filesystem_of",
+    "probe_cluster",
+    "seconds",
+    "submit",
+    "test_submission",
+]
+
+LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "vfat"}
+)
+"""Filesystems that only the host mounting them sees (network ones: nfs, lustre, gpfs, beegfs, cephfs...)."""
+
+_TIMEOUT = 30  # seconds: a controller that does not answer in this time counts as unreachable
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The partitions of the cluster ``sinfo`` reaches.
+
+    Attributes:
+        nodes: node count of each partition.
+        default: the default partition's name (None when the cluster has none).
+        max_seconds: each partition's longest time limit in seconds (None: unlimited).
+    """
+
+    nodes: dict[str, int]
+    default: str | None
+    max_seconds: dict[str, int | None]
+
+
+def _command(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise UsageError(
+            f"Slurm's {name} is not on PATH: run digideep slurm on a login node of the cluster "
+            "(or install the Slurm clients, e.g. apt-get install slurm-client)"
+        )
+    return found
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def probe_cluster() -> Cluster:
+    """Ask the controller for its partitions (one ``sinfo``).
+
+    Raises:
+        UsageError: ``sinfo`` is missing, or no controller answered within 30 s.
+    """
+    sinfo = _command("sinfo")
+    try:
+        result = subprocess.run(
+            [sinfo, "-h", "-o", "%P %D %l"], capture_output=True, text=True, timeout=_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"no Slurm controller answered sinfo within {_TIMEOUT} s; check SLURM_CONF"
+        ) from None
+    if result.returncode != 0:
+        raise UsageError(
+            f"no Slurm controller answers ({_last_line(result.stderr)}); run this on a login node of the "
+            "cluster, or point SLURM_CONF at its slurm.conf"
+        )
+    nodes: dict[str, int] = {}
+    max_seconds: dict[str, int | None] = {}
+    default = None
+    for line in result.stdout.splitlines():
+        name, count, limit = [*line.split(), "", ""][:3]
+        if name.endswith("*"):
+            name = default = name[:-1]
+        nodes[name] = nodes.get(name, 0) + int(count or 0)
+        max_seconds[name] = seconds(limit)
+    return Cluster(nodes, default, max_seconds)
+
+
+def seconds(limit: str) -> int | None:
+    """A Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in seconds; None when
+    unlimited or unreadable."""
+    days, _, rest = limit.rpartition("-") if "-" in limit else ("", "", limit)
+    try:
+        parts = [int(p) for p in rest.split(":")]
+        whole_days = int(days) if days else 0
+    except ValueError:
+        return None
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        parts += [0] * (3 - len(parts))
+        hours, minutes, secs = parts
+    elif len(parts) == 1:
+        hours, minutes, secs = 0, parts[0], 0
+    elif len(parts) == 2:
+        hours, minutes, secs = 0, *parts
+    else:
+        hours, minutes, secs = parts[-3:]
+    return ((whole_days * 24 + hours) * 60 + minutes) * 60 + secs
+
+
+def check_partition(cluster: Cluster, partition: str | None) -> str:
+    """The partition a job lands in (``partition``, or the default).
+
+    Raises:
+        UsageError: the partition is unknown (naming those there are), or none was given and the
+            cluster has no default.
+    """
+    known = ", ".join(sorted(cluster.nodes)) or "none"
+    if partition is None:
+        if cluster.default is None:
+            raise UsageError(f"the cluster has no default partition; set 'partition' (one of: {known})")
+        return cluster.default
+    if partition not in cluster.nodes:
+        raise UsageError(f"unknown Slurm partition '{partition}'; this cluster has: {known}")
+    return partition
+
+
+def check_time_limit(cluster: Cluster, partition: str, time: str | None, signal_seconds: int) -> None:
+    """Refuse a time limit above the partition's (the job would wait forever, on most clusters) or
+    one no longer than the warning before it.
+
+    Raises:
+        UsageError: naming both limits.
+    """
+    asked = seconds(time) if time is not None else None
+    most = cluster.max_seconds.get(partition)
+    if asked is not None and most is not None and asked > most:
+        raise UsageError(
+            f"time limit {time} is above the limit of partition '{partition}' ({most // 60} min); "
+            "ask for less or choose another partition"
+        )
+    if asked is not None and asked <= signal_seconds:
+        raise UsageError(
+            f"time limit {time} leaves no training before the warning {signal_seconds} s ahead of it; "
+            "lower signal_seconds or raise the time limit"
+        )
+
+
+def filesystem_of(path: Path) -> str:
+    """The filesystem type (``/proc/mounts``) of ``path``, or of its nearest folder that exists."""
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    best, kind = "", "unknown"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def check_visible(path: Path, what: str, cluster: Cluster, partition: str) -> None:
+    """Refuse a folder on this host's own disk when the partition's jobs may run on other nodes.
+
+    Raises:
+        UsageError: ``path`` is on a local filesystem (:data:`LOCAL_FILESYSTEMS`) and the partition
+            has more than one node.
+    """
+    nodes = cluster.nodes.get(partition, 0)
+    kind = filesystem_of(path)
+    if nodes > 1 and kind in LOCAL_FILESYSTEMS:
+        raise UsageError(
+            f"{what} '{path}' is on a local {kind} filesystem of this host, which the {nodes} nodes of "
+            f"partition '{partition}' cannot see; use a folder on shared storage (NFS, Lustre, GPFS...) "
+            "or an s3:// URL"
+        )
+
+
+def test_submission(script: Path) -> None:
+    """Have the controller check the job without submitting it (``sbatch --test-only``).
+
+    Raises:
+        UsageError: Slurm would refuse the job (an unknown account, a time above the partition's
+            limit, resources no node has), with Slurm's reason.
+    """
+    result = subprocess.run(
+        [_command("sbatch"), "--test-only", str(script)], capture_output=True, text=True, timeout=_TIMEOUT
+    )
+    if result.returncode != 0:
+        reason = _last_line(result.stderr).removeprefix("sbatch: error: ")
+        raise UsageError(f"Slurm refuses the job: {reason}; check the Slurm config ({script})")
+
+
+def submit(script: Path, *extra: str) -> str:
+    """Submit the job script (``sbatch --parsable``) and return the job's id.
+
+    Raises:
+        UsageError: ``sbatch`` failed, with Slurm's reason.
+    """
+    result = subprocess.run(
+        [_command("sbatch"), "--parsable", *extra, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+    )
+    if result.returncode != 0:
+        raise UsageError(
+            f"sbatch refused {script}: {_last_line(result.stderr).removeprefix('sbatch: error: ')}"
+        )
+    return result.stdout.strip().split(";")[0]
