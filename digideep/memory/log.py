@@ -307,8 +307,8 @@ class ZarrLog:
 
     # -- writing -------------------------------------------------------------------------------
     def add_key(self, key: str, spec: KeySpec, rows: int, since: int) -> None:
-        """Create (or recreate, dropping what an abandoned run left) the arrays of ``key``, whose
-        first row is global row ``since``, in chunks of ``rows`` rows."""
+        """Create (or recreate, dropping what an abandoned run left) the array of ``key``, whose first
+        row is global row ``since``, in chunks of ``rows`` rows."""
         assert self.root is not None
         if key.split("/")[1] == PRESTEP:
             raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the log; rename it")
