@@ -441,10 +441,9 @@ class ZarrLog:
                 reads += [(array, key, None, max(a, start), min(stop, a + rows)) for a in pieces]
         for key, found in missing.items():
             if found:
-                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
                 raise DamagedMemoryError(
                     f"{self.what} is damaged: {len(found)} chunk file(s) of key '{key}' are missing "
-                    f"({shown}), though the commit record says their rows were written (a file deleted)"
+                    f"({_shown(found)}), though the commit record says their rows were written (a file deleted)"
                 )
         self._read(reads)
         if target.total in record.presteps:
@@ -468,10 +467,9 @@ class ZarrLog:
                 damaged = _damaged_chunks(array, start, stop)
                 if not damaged:
                     raise error
-                shown = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
                 raise DamagedMemoryError(
                     f"{self.what} is damaged: {len(damaged)} chunk(s) of key '{key}' fail their checksum "
-                    f"({shown})"
+                    f"({_shown(damaged)})"
                 ) from None
 
     def _read_prestep(self, total: int, crc: int, specs: Mapping[str, KeySpec]) -> dict[str, np.ndarray]:
@@ -540,6 +538,11 @@ def _read_into(array: zarr.Array, out: np.ndarray | None, start: int, stop: int)
         array.get_basic_selection(selection, out=_NDBuffer.from_numpy_array(out))
     else:  # pragma: no cover
         out[...] = array[selection]
+
+
+def _shown(keys: list[str]) -> str:
+    """The first three store keys, and how many more."""
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def _concurrently(jobs: list[Callable[[], None]]) -> None:
