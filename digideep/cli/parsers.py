@@ -72,7 +72,8 @@ def build_cli_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser(
         "runs",
         help="list runs tracked in MLflow; 'runs compare RUN|EXPERIMENT|STUDY...' plots their curves; "
-        "'runs register RUN' registers its policy model; 'runs ui' starts the MLflow UI",
+        "'runs register RUN' registers its policy model; 'runs export' writes runs to files for "
+        "'report --from'; 'runs ui' starts the MLflow UI",
         add_help=False,
     )
     runs.add_argument(

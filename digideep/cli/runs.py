@@ -7,11 +7,14 @@ Imported when the command runs (it loads MLflow); ``digideep runs sync`` is :mod
     digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--session-path P | --data-root DIR]
     digideep runs compare RUN|EXPERIMENT|STUDY ... [--metric KEY] [--out PNG]
     digideep runs register RUN [--name NAME] [--model model|best_model]
+    digideep runs export --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] --out FOLDER
     digideep runs ui [--port PORT]
 
 The table shows the train return (``last``, ``best``) and the deterministic test return
 (``test_last``, ``test_best``); the trials of a tune study (``flows/tune.py``) are listed under their
-study's parent run. The runs are read by :mod:`digideep.tracking.runs`.
+study's parent run. The runs are read by :mod:`digideep.tracking.runs`; ``export`` writes a selection's
+runs into a folder of JSON files that ``digideep report --from FOLDER`` reads
+(:mod:`digideep.report.export`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ SUBCOMMANDS = """commands:
   digideep runs [--experiment E]                 list the runs of every experiment (or of E)
   digideep runs compare RUN|EXPERIMENT|STUDY...  plot their learning curves into a PNG
   digideep runs register RUN [--name N]          register a run's policy as an MLflow model
+  digideep runs export --benchmark B --out DIR   write a benchmark's runs to JSON files for a report
   digideep runs sync SESSION                     send what a session's MLflow run lacks (after an outage)
   digideep runs ui [--port P]                    start the MLflow UI on 127.0.0.1
 
@@ -70,6 +74,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_store_options(parser)
+    if command == "export":
+        from digideep.report.cli import add_selection_options
+
+        add_selection_options(parser)
+        parser.add_argument("--out", required=True, metavar="FOLDER", help="a new (or empty) folder")
+        return parser
     parser.add_argument(
         "--metric",
         default=COMPARE_METRIC if command == "compare" else DEFAULT_RETURN_METRIC,
@@ -97,10 +107,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 
 def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """``digideep runs [compare RUN ... | ui]``: returns the exit code; bad input raises UsageError."""
+    """``digideep runs [compare RUN ... | register RUN | export | ui]``: returns the exit code; bad input
+    raises UsageError."""
     argv = list(sys.argv[1:] if argv is None else argv)
     out = out or sys.stdout
-    command = argv[0] if argv and argv[0] in ("compare", "register", "ui") else ""
+    command = argv[0] if argv and argv[0] in ("compare", "register", "export", "ui") else ""
     args = _parser(command).parse_args(argv[1:] if command else argv)
     if args.session_path is not None:  # the store the tracker chose for sessions there
         args.data_root = str(data_root_of(args.session_path))
@@ -113,6 +124,8 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
 
 
 def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
+    if command == "export":
+        return _export(args, out)
     client = open_client(args.tracking_uri, args.data_root)
     if command == "register":
         return _register(client, args, out)
@@ -149,6 +162,19 @@ def _register(client: MlflowClient, args: argparse.Namespace, out: TextIO) -> in
     version = register_model(client, args.run_id, name, which, alias=args.alias)
     alias = f" (alias '{args.alias}')" if args.alias else ""
     out.write(f"registered {args.model} of run {args.run_id} as '{name}' version {version}{alias}\n")
+    return 0
+
+
+def _export(args: argparse.Namespace, out: TextIO) -> int:
+    from digideep.report.export import check_new_folder, export_runs
+    from digideep.report.records import Criteria
+    from digideep.report.selection import check_criteria
+
+    check_criteria(args.benchmark, args.experiment, args.tag)  # the cheap checks before the store opens
+    criteria = Criteria(args.benchmark, args.experiment, tuple(args.tag))
+    check_new_folder(Path(args.out))
+    export = export_runs(open_client(args.tracking_uri, args.data_root), criteria, Path(args.out))
+    out.write(f"wrote {len(export.records)} runs of {export.description} to {export.folder}\n")
     return 0
 
 

@@ -94,6 +94,7 @@ def build_report(
     rows = _rows(selection, references, last, reps, seed)
     scale, normalise = _scale(selection, references)
     report = Report(selection, last, reps, seed, rows, scale)
+    report.notes.extend(selection.notes)
     fewest = min(row.seeds for row in rows)
     if fewest < FEW_SEEDS:
         report.notes.append(

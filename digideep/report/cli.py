@@ -3,13 +3,15 @@
 ::
 
     digideep report --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] [--compare A B]
-                    [--last N] [--reps 2000] [--seed 0] [--out DIR]
+                    [--from FOLDER ... [--with-store]] [--last N] [--reps 2000] [--seed 0] [--out DIR]
                     [--tracking-uri URI | --session-path P | --data-root DIR]
 
 Prints the per-environment table, writes the PNG figures, ``table.txt`` and one self-contained
 ``report.html`` under ``--out`` (default ``<data_root>/reports/<name>/``), and logs them as artifacts
-``report/...`` of the benchmark's parent run when the selection is a benchmark. Every check runs
-before anything is written; bad input is one line and exit code 2.
+``report/...`` of the benchmark's parent run when the selection is a benchmark read from the store.
+``--from FOLDER`` (repeatable) reads the folders of ``digideep runs export`` instead of the store, or
+beside it with ``--with-store``. Every check runs before anything is written; bad input is one line
+and exit code 2.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from digideep.report.selection import check_criteria
 from digideep.tracking.naming import add_store_options, data_root_of
 
 if TYPE_CHECKING:
-    from digideep.report.build import Report
+    from mlflow import MlflowClient
 
-__all__ = ["add_report_parser", "command_report", "write_report"]
+    from digideep.report.build import Report
+    from digideep.report.selection import Selection
+
+__all__ = ["add_report_parser", "add_selection_options", "command_report", "write_report"]
 
 ARTIFACT_PATH = "report"
 
@@ -44,11 +49,17 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         "curves and P(A > B), computed with rliable from the runs' eval/return. The store is "
         "--tracking-uri, else $MLFLOW_TRACKING_URI, else the embedded store of 'digideep runs'.",
     )
-    select = parser.add_argument_group("selection (runs matching all of them)")
-    select.add_argument("--benchmark", metavar="NAME", help="the cells of benchmark NAME")
-    select.add_argument("--experiment", metavar="NAME", help="runs of MLflow experiment NAME")
-    select.add_argument(
-        "--tag", action="append", default=[], metavar="KEY=VALUE", help="runs tagged KEY=VALUE (repeatable)"
+    add_selection_options(parser)
+    parser.add_argument(
+        "--from",
+        dest="exports",
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="read the runs of an export folder of 'digideep runs export' instead of the store (repeatable)",
+    )
+    parser.add_argument(
+        "--with-store", action="store_true", help="with --from: read the store's matching runs too"
     )
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="P(A > B) between two algorithms")
     parser.add_argument(
@@ -66,14 +77,22 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """``--benchmark``, ``--experiment`` and ``--tag``: which runs to read (all given must match)."""
+    select = parser.add_argument_group("selection (runs matching all of them)")
+    select.add_argument("--benchmark", metavar="NAME", help="the cells of benchmark NAME")
+    select.add_argument("--experiment", metavar="NAME", help="runs of MLflow experiment NAME")
+    select.add_argument(
+        "--tag", action="append", default=[], metavar="KEY=VALUE", help="runs tagged KEY=VALUE (repeatable)"
+    )
+
+
 def command_report(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Select, check, compute, then print and write the report; bad input raises UsageError."""
     from digideep.report.build import build_report  # rliable, pandas and matplotlib: only when used
     from digideep.report.references import load_references
-    from digideep.report.selection import select_runs
     from digideep.report.table import format_report
     from digideep.tracking.failures import http_limits
-    from digideep.tracking.runs import open_client
 
     out = out or sys.stdout
     _check_numbers(args)
@@ -81,14 +100,13 @@ def command_report(args: argparse.Namespace, out: TextIO | None = None) -> int:
         args.data_root = str(data_root_of(args.session_path))
     references = load_references(args.references) if args.references else load_references()
     with http_limits(retries=2, timeout=30):  # a server that stops answering fails the command
-        client = open_client(args.tracking_uri, args.data_root)
-        selection = select_runs(client, args.benchmark, args.experiment, args.tag, args.last)
+        client, selection = _select(args)
         report = build_report(selection, references, args.last, args.reps, args.seed, args.compare)
         folder = Path(args.out) if args.out else Path(args.data_root) / "reports" / _name(args)
         text = format_report(report)
         written = write_report(report, folder, text, _command(args))
         out.write(text)
-        if selection.parent_run_id:
+        if client is not None and selection.parent_run_id:
             for path in written:
                 client.log_artifact(selection.parent_run_id, str(path), ARTIFACT_PATH)
             out.write(f"logged {len(written)} files as '{ARTIFACT_PATH}/' of run {selection.parent_run_id}\n")
@@ -113,8 +131,39 @@ def write_report(report: Report, folder: Path, text: str, command: str) -> list[
     return [*written, folder / "table.txt", folder / "report.html"]
 
 
+def _select(args: argparse.Namespace) -> tuple[MlflowClient | None, Selection]:
+    """The store's client (None when only export folders are read) and the selection of the runs."""
+    from digideep.report.export import read_export
+    from digideep.report.records import Criteria, parent_run_id, read_store, store_name
+    from digideep.report.selection import select_records
+    from digideep.tracking.runs import open_client
+
+    criteria = Criteria(args.benchmark, args.experiment, tuple(args.tag))
+    exports = [read_export(Path(folder)) for folder in args.exports]
+    client, records, sources, parent = None, [], [], None
+    if args.with_store or not exports:
+        client = open_client(args.tracking_uri, args.data_root)
+        records = read_store(client, criteria)
+        sources.append(store_name(client.tracking_uri))
+        parent = parent_run_id(client, args.benchmark)
+    for export in exports:
+        records += [r for r in export.records if criteria.matches(r)]
+        sources.append(str(export.folder))
+    # without criteria, the exports' own selections name the runs
+    description = criteria.describe() or " and ".join(dict.fromkeys(e.description for e in exports))
+    return client, select_records(records, description, sources, args.last, parent)
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
-    check_criteria(args.benchmark, args.experiment, args.tag)  # before the store is opened
+    if args.with_store or not args.exports:  # the store needs criteria; an export is a selection already
+        check_criteria(args.benchmark, args.experiment, args.tag)  # before the store is opened
+    if args.with_store and not args.exports:
+        raise UsageError("--with-store adds the store's runs to those of --from FOLDER; name a folder")
+    seen: set[Path] = set()
+    for folder in args.exports:
+        if Path(folder).resolve() in seen:
+            raise UsageError(f"--from {folder} is given twice; name each export folder once")
+        seen.add(Path(folder).resolve())
     if args.last < 1:
         raise UsageError(f"--last {args.last} must be at least 1 (1: the final evaluation)")
     if args.reps < 100:
@@ -129,7 +178,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _name(args: argparse.Namespace) -> str:
     """The default folder name: the benchmark, else the experiment, else the tags."""
-    name = args.benchmark or args.experiment or "_".join(args.tag) or "report"
+    folders = "_".join(Path(folder).name for folder in args.exports)
+    name = args.benchmark or args.experiment or "_".join(args.tag) or folders or "report"
     return re.sub(r"[^\w.=-]+", "_", name)
 
 
@@ -141,6 +191,10 @@ def _command(args: argparse.Namespace) -> str:
             words += [f"--{option}", getattr(args, option)]
     for tag in args.tag:
         words += ["--tag", tag]
+    for folder in args.exports:
+        words += ["--from", folder]
+    if args.with_store:
+        words.append("--with-store")
     if args.compare:
         words += ["--compare", *args.compare]
     words += ["--last", str(args.last), "--reps", str(args.reps), "--seed", str(args.seed)]

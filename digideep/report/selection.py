@@ -3,8 +3,10 @@
 A run contributes its ``eval/return`` history (step = training frames, one point per evaluation) and
 the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
 flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
-``cpanel/model_name`` and ``cpanel/seed``). Only runs that ended FINISHED are read. Every refusal is a
-:class:`~digideep.errors.UsageError` of one line that says what to change.
+``cpanel/model_name`` and ``cpanel/seed``). Only runs that ended FINISHED are read. The runs come as
+:class:`~digideep.report.records.RunRecord` from an MLflow store, from export folders, or both
+(:func:`select_records`), so a report computes the same numbers wherever its runs were read. Every
+refusal is a :class:`~digideep.errors.UsageError` of one line that says what to change.
 """
 
 from __future__ import annotations
@@ -12,14 +14,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from digideep.errors import UsageError
-
-if TYPE_CHECKING:
-    from mlflow import MlflowClient
+from digideep.report.records import BENCHMARK_TAG, KIND_TAG, RunRecord
 
 __all__ = [
     "BENCHMARK_TAG",
@@ -30,13 +29,11 @@ __all__ = [
     "RunScores",
     "Selection",
     "check_criteria",
-    "select_runs",
+    "select_records",
 ]
 
 RETURN_METRIC = "eval/return"
 PROTOCOL_PARAMS = ("eval/frame_interval", "eval/episodes", "eval/frame_budget")
-KIND_TAG = "digideep.kind"
-BENCHMARK_TAG = "digideep.benchmark"
 DEFAULT_VARIANT = "default"
 
 
@@ -82,6 +79,7 @@ class Selection:
     left_out: int = 0  # runs matched but not FINISHED
     groups: list[str] = field(default_factory=list)
     envs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about how the runs were read (runs read twice)
 
     def runs_of(self, group: str, env: str) -> list[RunScores]:
         """The runs of ``group`` on ``env``, by seed."""
@@ -121,43 +119,44 @@ class Selection:
         return next(r for r in self.runs_of(group, env) if r.seed == seed)
 
 
-def select_runs(
-    client: MlflowClient,
-    benchmark: str | None = None,
-    experiment: str | None = None,
-    tags: Sequence[str] = (),
+def select_records(
+    records: Sequence[RunRecord],
+    description: str,
+    sources: Sequence[str],
     last: int = 1,
+    parent_run_id: str | None = None,
 ) -> Selection:
-    """The FINISHED runs matching every given criterion, read and checked.
+    """The selection of ``records`` (read from ``sources``, described as ``description``), checked.
+
+    A run read twice (the same run id from two sources) counts once, with a note, when both records
+    agree; two different runs of one cell are refused.
 
     Raises:
-        UsageError: no criterion, no run, a run outside the protocol, protocols or budgets mixed,
-            a cell with two runs, or a run with fewer than ``last`` evaluations.
+        UsageError: no finished run, a run outside the protocol, protocols or budgets mixed, a cell
+            with two runs, one run read twice with different contents, or a run with fewer than
+            ``last`` evaluations.
     """
-    check_criteria(benchmark, experiment, tags)
-    filters, description = _filters(benchmark, tags)
-    if experiment:
-        description.insert(0, f"experiment {experiment}")
-    matched = _search(client, experiment, filters)
-    cells = [r for r in matched if KIND_TAG not in r.data.tags]  # not a benchmark's or study's parent
-    finished = [r for r in cells if r.info.status == "FINISHED"]
-    what = ", ".join(description)
+    records, notes = _once_each(records)
+    cells = [r for r in records if r.is_cell]  # not a benchmark's or study's parent
+    finished = [r for r in cells if r.status == "FINISHED"]
     if not finished:
         extra = f" ({len(cells)} not FINISHED)" if cells else ""
         raise UsageError(
-            f"no finished runs match {what} at {client.tracking_uri}{extra}; list runs with 'digideep runs'"
+            f"no finished runs match {description} at {', '.join(sources)}{extra}; "
+            "list runs with 'digideep runs'"
         )
     protocol = _one_protocol(finished)
-    runs = [_read_run(client, run, protocol, last) for run in finished]
-    _check_cells(runs)
+    runs = [_scores(record, protocol, last) for record in finished]
+    _check_cells(runs, {r.run_id: r.source for r in finished})
     return Selection(
-        description=what,
+        description=description,
         runs=runs,
         protocol=protocol,
-        parent_run_id=_parent_id(client, benchmark),
+        parent_run_id=parent_run_id,
         left_out=len(cells) - len(finished),
         groups=sorted({r.group for r in runs}),
         envs=sorted({r.env for r in runs}),
+        notes=notes,
     )
 
 
@@ -173,55 +172,35 @@ def check_criteria(benchmark: str | None, experiment: str | None, tags: Sequence
         )
 
 
-def _filters(benchmark: str | None, tags: Sequence[str]) -> tuple[list[str], list[str]]:
-    filters: list[str] = []
-    description: list[str] = []
-    if benchmark:
-        filters.append(f"tags.`{BENCHMARK_TAG}` = '{_quoted(benchmark)}'")
-        description.append(f"benchmark {benchmark}")
-    for pair in tags:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--tag '{pair}' is not KEY=VALUE; write e.g. --tag env=Hopper-v5")
-        filters.append(f"tags.`{key}` = '{_quoted(value)}'")
-        description.append(f"tag {key}={value}")
-    return filters, description
-
-
-def _quoted(value: str) -> str:
-    return value.replace("'", "\\'")
-
-
-def _search(client: MlflowClient, experiment: str | None, filters: list[str]) -> list[Any]:
-    if experiment:
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
+def _once_each(records: Sequence[RunRecord]) -> tuple[list[RunRecord], list[str]]:
+    """``records`` with each run id once, and a note per pair of sources that both held some runs."""
+    kept: dict[str, RunRecord] = {}
+    twice: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for record in records:
+        first = kept.setdefault(record.run_id, record)
+        if first is record:
+            continue
+        if first != record:
             raise UsageError(
-                f"no experiment '{experiment}' at {client.tracking_uri}; list them with 'digideep runs'"
+                f"run {record.run_id} differs between {first.source} and {record.source}; export it "
+                "again from the store that ran it, or leave one of them out"
             )
-        ids = [found.experiment_id]
-    else:
-        ids = [e.experiment_id for e in client.search_experiments()]
-    runs: list[Any] = []
-    token = None
-    while True:  # every page: a benchmark may hold more cells than one page
-        page = client.search_runs(
-            ids, filter_string=" and ".join(filters), max_results=1000, page_token=token
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+        twice[(first.source, record.source)].append(record.run_id)
+    notes = [
+        f"{len(ids)} run{'s' * (len(ids) != 1)} read from both {a} and {b}, each counted once: {', '.join(ids)}"
+        for (a, b), ids in twice.items()
+    ]
+    return list(kept.values()), notes
 
 
-def _one_protocol(runs: Sequence[Any]) -> Protocol:
+def _one_protocol(records: Sequence[RunRecord]) -> Protocol:
     values: dict[str, Counter] = {name: Counter() for name in PROTOCOL_PARAMS}
-    for run in runs:
+    for record in records:
         for name in PROTOCOL_PARAMS:
-            value = run.data.params.get(name)
+            value = record.params.get(name)
             if value is None:
                 raise UsageError(
-                    f"run {run.info.run_id} has no '{name}' param: it was not trained with the evaluation "
+                    f"run {record.run_id} has no '{name}' param: it was not trained with the evaluation "
                     "protocol (docs/report.md); retrain it, or narrow the selection with --tag"
                 )
             values[name][value] += 1
@@ -236,12 +215,12 @@ def _one_protocol(runs: Sequence[Any]) -> Protocol:
     return Protocol(frame_interval=interval, episodes=episodes, frame_budget=budget)
 
 
-def _read_run(client: MlflowClient, run: Any, protocol: Protocol, last: int) -> RunScores:
-    tags, params, run_id = run.data.tags, run.data.params, run.info.run_id
+def _scores(record: RunRecord, protocol: Protocol, last: int) -> RunScores:
+    tags, params, run_id = record.tags, record.params, record.run_id
     by_step: dict[int, tuple[int, float]] = {}
-    for metric in client.get_metric_history(run_id, RETURN_METRIC):
-        if metric.step not in by_step or metric.timestamp >= by_step[metric.step][0]:
-            by_step[metric.step] = (metric.timestamp, metric.value)  # a resumed run's last word per step
+    for point in record.history(RETURN_METRIC):
+        if point.step not in by_step or point.timestamp >= by_step[point.step][0]:
+            by_step[point.step] = (point.timestamp, point.value)  # a resumed run's last word per step
     frames = np.array(sorted(by_step), dtype=np.int64)
     returns = np.array([by_step[int(step)][1] for step in frames], dtype=np.float64)
     if len(frames) < last or (len(frames) and frames[-1] != protocol.frame_budget):
@@ -262,30 +241,17 @@ def _read_run(client: MlflowClient, run: Any, protocol: Protocol, last: int) -> 
     return RunScores(run_id, algorithm, variant, env, str(seed), frames, returns)
 
 
-def _check_cells(runs: Sequence[RunScores]) -> None:
+def _check_cells(runs: Sequence[RunScores], sources: dict[str, str]) -> None:
     cells: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for run in runs:
         cells[(run.group, run.env, run.seed)].append(run.run_id)
     for (group, env, seed), ids in cells.items():
         if len(ids) > 1:
+            where = ", ".join(f"{i} in {sources[i]}" for i in ids)
             raise UsageError(
-                f"{group} on {env} seed {seed} has {len(ids)} finished runs ({', '.join(ids)}); "
+                f"{group} on {env} seed {seed} has {len(ids)} finished runs ({where}); "
                 "delete the extra ones or narrow the selection with --tag"
             )
-
-
-def _parent_id(client: MlflowClient, benchmark: str | None) -> str | None:
-    """The benchmark's parent run, in whatever experiment it is (the cells live in their own)."""
-    if not benchmark:
-        return None
-    filters = f"tags.`{KIND_TAG}` = 'benchmark' and tags.`{BENCHMARK_TAG}` = '{_quoted(benchmark)}'"
-    parents = _search(client, None, [filters])
-    if len(parents) > 1:
-        ids = ", ".join(p.info.run_id for p in parents)
-        raise UsageError(
-            f"benchmark {benchmark} has {len(parents)} parent runs ({ids}); delete the extra ones"
-        )
-    return parents[0].info.run_id if parents else None
 
 
 def _seed_key(seed: str) -> tuple[int, int | str]:

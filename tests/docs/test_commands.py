@@ -47,6 +47,7 @@ ELSEWHERE = {
     r"(\.venv/bin/)?digideep benchmark ": "tests/flows/test_benchmark.py::test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once",
     r"export AWS_|.*s3://": "tests/docs/test_scaling_out.py::test_the_scaling_out_commands_train_and_resume_in_a_bucket",
     r"\.venv/bin/digideep report --benchmark": "tests/report/test_cli.py::test_report_of_a_benchmark",
+    r"\.venv/bin/digideep (runs export|report --from) ": "tests/report/test_export.py::test_exports_of_split_cells_combine_into_the_report_of_one_store",
     r"(sudo )?apt-get install -y slurm-wlm munge$": ".ci/run",
     r"(sudo )?\.venv/bin/python -m digideep_stack\.slurm up|export SLURM_CONF=": "tests/slurm/conftest.py::slurm_cluster",
     r"(sinfo|squeue|scontrol|sacct)\b": "tests/slurm/test_requeue.py::job_state",
