@@ -7,6 +7,8 @@
     python bench/bench_memory.py --checksum-only --capacity 200000   # the chunks' crc32c, CPU time
     python bench/bench_memory.py --write-behind-only --s3 --capacity 100000   # store, checkpoint,
                                                       # resume of 1M rows, disk and S3, before/after
+    python bench/bench_memory.py --checkpoint-ab 5 --s3 --capacity 100000   # the checkpoint alone,
+                                                      # before and after alternated in 5 processes each
 
 HalfCheetah-sized transitions: observations and next observations 17 float32, actions 6 float32,
 rewards, terminals, truncations, masks, hidden state 1 float32 each (180 bytes a row). Data are
@@ -338,6 +340,52 @@ def resume_child(where: str, capacity: int) -> dict[str, float]:
     return {"fill": fill, "resume": resume}
 
 
+def checkpoint_child(where: str, capacity: int, rounds: int = 8) -> dict[str, float]:
+    """Run in a process of the code under test: fill the ring (wrapped once, checkpoints included),
+    then ``rounds`` times store 10 chunks, wait for the writer (untimed) and time the flush and the
+    ``checkpoint_committed`` apart; medians in seconds."""
+    rng = np.random.default_rng(6)
+    chunks = [make_chunk(rng, 1, 1001) for _ in range(25)]
+    memory = Memory(f"{where}/ab.zarr", num_workers=1, capacity=capacity)
+    training_loop(memory, chunks, capacity // 1000 + 1, 0.0, 10)
+    flushes, commits = [], []
+    for _ in range(rounds):
+        for i in range(10):
+            memory.store(chunks[i % len(chunks)])
+        memory.wait()
+        start = time.perf_counter()
+        memory.flush()
+        middle = time.perf_counter()
+        memory.checkpoint_committed(**KEEP)
+        flushes.append(middle - start)
+        commits.append(time.perf_counter() - middle)
+    memory.close()
+    return {"flush": float(np.median(flushes)), "commit": float(np.median(commits))}
+
+
+def bench_checkpoint_ab(places: dict[str, str], trees: dict[str, Path], capacity: int, repeats: int) -> None:
+    """The checkpoint of each tree in child processes alternated ``repeats`` times, at each place."""
+    for label, where in places.items():
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+        for repeat in range(repeats):
+            for name, tree in trees.items():
+                result = run_child(tree, "checkpoint", where=f"{where}/ab-{name}-{repeat}", capacity=capacity)
+                figures[name].append(result)
+        line = (
+            f"{label}: checkpoint A/B, {repeats} alternated processes x 8 checkpoints, capacity {capacity:,}:"
+        )
+        totals = {}
+        for name, runs in figures.items():
+            flush = float(np.median([r["flush"] for r in runs]))
+            commit = float(np.median([r["commit"] for r in runs]))
+            totals[name] = flush + commit
+            line += f"  {name} flush {flush * 1e3:.1f} ms + committed {commit * 1e3:.1f} ms;"
+        if len(totals) == 2:
+            before, after = totals.values()
+            line += f"  after / before {after / before:.2f} x"
+        print(line, flush=True)
+
+
 def run_child(tree: Path, task: str, **kwargs: object) -> dict[str, float]:
     """``stage_child`` or ``resume_child`` in a fresh process that imports digideep from ``tree``."""
     env = {**os.environ, "BENCH_MEMORY_TREE": str(tree), "PYTHONPATH": str(tree)}
@@ -578,6 +626,13 @@ def main() -> None:
     )
     parser.add_argument("--s3", action="store_true", help="also run on a moto S3 server on 127.0.0.1")
     parser.add_argument(
+        "--checkpoint-ab",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the checkpoint (flush, checkpoint_committed) of before and after, N alternated processes each",
+    )
+    parser.add_argument(
         "--before", default=BEFORE, help=f"git revision measured as 'before' (default {BEFORE}); '' for none"
     )
     parser.add_argument("--pause", type=float, default=0.0, help="seconds of other work per iteration")
@@ -596,7 +651,8 @@ def main() -> None:
     if args.child:
         job = json.loads(args.child)
         task = job.pop("task")
-        print(json.dumps(stage_child(**job) if task == "stage" else resume_child(**job)))
+        tasks = {"stage": stage_child, "resume": resume_child, "checkpoint": checkpoint_child}
+        print(json.dumps(tasks[task](**job)))
         return
     if args.peak_child:
         peak_child(args.peak_child[0], args.peak_child[1], args.capacity)
@@ -621,6 +677,9 @@ def main() -> None:
             places = {"local disk": str(root / "stages")}
             if args.s3:
                 places["S3 (moto, 127.0.0.1)"] = stack.enter_context(s3_bucket())
+            if args.checkpoint_ab:
+                bench_checkpoint_ab(places, trees, args.capacity, args.checkpoint_ab)
+                return
             stages = bench_stages(places, trees, args)
             if args.s3:
                 bench_resume(places["S3 (moto, 127.0.0.1)"], "S3", trees, args.resume_capacity)
