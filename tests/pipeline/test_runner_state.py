@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -61,7 +62,11 @@ def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     torch.save({**stored, "counters": old_counters}, first.states_file)
     info = json.loads(first.runner_file.read_text())
     first.runner_file.write_text(json.dumps({**info, "counters": old_counters}))
-    (first.path / COMMIT_FILE).unlink()  # older versions wrote no commit record either
+    record = json.loads((first.path / COMMIT_FILE).read_text())  # committed as it is now
+    for name in ("runner.json", "states.pt"):
+        data = (first.path / name).read_bytes()
+        record["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (first.path / COMMIT_FILE).write_text(json.dumps(record))
     assert load_checkpoint(first.path)[1]["counters"] == old_counters
 
     session = Session(root=tmp_path, name="run", resume=True, device="cpu")

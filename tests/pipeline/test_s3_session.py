@@ -143,13 +143,15 @@ def test_torn_checkpoints_on_s3_are_ignored_or_refused(s3, s3_bucket):
     assert record["files"]["states.pt"]["sha256"] == hashlib.sha256(data).hexdigest()
 
 
-def test_a_checkpoint_of_an_older_version_without_a_record_loads(tmp_path):
+def test_a_checkpoint_without_a_record_is_a_save_cut_short(tmp_path):
     saved = ckpt.save_checkpoint(tmp_path, 4, info(4), states())
-    (saved.path / "commit.json").unlink()  # as format 2 wrote it: renamed into place, no record
-    assert [c.iteration for c in ckpt.find_checkpoints(tmp_path)] == [4]
-    assert ckpt.load_checkpoint(saved.path)[0]["iteration"] == 4
-    ckpt.save_checkpoint(tmp_path, 5, info(5), states())  # not taken for a leftover
-    assert [c.iteration for c in ckpt.find_checkpoints(tmp_path)] == [4, 5]
+    (saved.path / "commit.json").unlink()  # the files, never committed
+    assert ckpt.find_checkpoints(tmp_path) == []
+    with pytest.raises(UsageError, match=r"was never committed \(no commit.json"):
+        ckpt.load_checkpoint(saved.path)
+    ckpt.save_checkpoint(tmp_path, 5, info(5), states())  # removes it as a leftover
+    assert [c.iteration for c in ckpt.find_checkpoints(tmp_path)] == [5]
+    assert not saved.path.exists()
 
 
 def test_retention_on_s3_deletes_oldest_first_keeps_the_best_and_never_leaves_zero(s3, s3_bucket):

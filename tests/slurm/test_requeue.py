@@ -59,8 +59,8 @@ def job_env(slurm_cluster: LocalSlurm, mlflow_uri: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def straight(root: Path, job_env: dict[str, str]) -> str:
     """The session of :data:`CHAIN` trained without a stop, outside Slurm."""
-    run(train_command(root, "straight", PARAMS, CHAIN), job_env)
-    return "straight"
+    run(train_command(root, "slurm-straight", PARAMS, CHAIN), job_env)
+    return "slurm-straight"
 
 
 DIGIDEEP = [sys.executable, "-c", "import sys; from digideep.main import cli; sys.exit(cli(sys.argv[1:]))"]
@@ -161,69 +161,74 @@ def assert_same_as_straight(
 
 
 def test_a_chain_of_three_jobs_ends_as_a_straight_run(root, job_env, straight):
-    job = submit(job_env, root, "chain", CHAIN)
-    output = root / "slurm" / f"chain-{job}.out"
+    job = submit(job_env, root, "slurm-chain", CHAIN)
+    output = root / "slurm" / f"slurm-chain-{job}.out"
     # Slurm's warning before the time limit: SIGUSR1 to the job's shell, after the 2nd and the 7th
     # checkpoint; the job checkpoints, requeues itself and resumes, twice
     for runs, checkpoint in ((0, 4), (1, 14)):
         wait_for(
             lambda runs=runs, checkpoint=checkpoint: (
-                job_runs(root, "chain", job)[-1:] == [runs] and newest(root, "chain") >= checkpoint
+                job_runs(root, "slurm-chain", job)[-1:] == [runs]
+                and newest(root, "slurm-chain") >= checkpoint
             ),
             180,
             f"run {runs} of job {job} did not reach checkpoint {checkpoint}",
             output,
         )
-        assert not (root / "chain" / "done.json").exists(), "the run finished before the warning"
+        assert not (root / "slurm-chain" / "done.json").exists(), "the run finished before the warning"
         slurm(job_env, "scancel", "--signal=USR1", "--batch", job)
-    wait_until_done(job_env, root, "chain", job, 180)
+    wait_until_done(job_env, root, "slurm-chain", job, 180)
     text = output.read_text()
-    assert job_runs(root, "chain", job) == [0, 1, 2], text[-3000:]
+    assert job_runs(root, "slurm-chain", job) == [0, 1, 2], text[-3000:]
     assert text.count("digideep exited with 143") == 2, text[-3000:]
     assert text.count("requeueing job") == 2, text[-3000:]
     assert len(stops(text)) == 2, text[-3000:]
-    assert_same_as_straight(root, straight, "chain", job_env, CHAIN["number_epochs"], stops(text))
+    assert_same_as_straight(root, straight, "slurm-chain", job_env, CHAIN["number_epochs"], stops(text))
 
 
 def test_a_job_killed_without_warning_resumes_in_a_new_job(root, job_env, straight):
-    job = submit(job_env, root, "killed", CHAIN)
-    output = root / "slurm" / f"killed-{job}.out"
-    wait_for(lambda: newest(root, "killed") >= 4, 180, f"job {job} wrote no 2nd checkpoint", output)
+    job = submit(job_env, root, "slurm-killed", CHAIN)
+    output = root / "slurm" / f"slurm-killed-{job}.out"
+    wait_for(lambda: newest(root, "slurm-killed") >= 4, 180, f"job {job} wrote no 2nd checkpoint", output)
     # no warning, as when a node dies or the OOM killer strikes: every process of the job SIGKILLed
     listed = slurm(job_env, "scontrol", "listpids", job).splitlines()[1:]
     for pid in [int(line.split()[0]) for line in listed]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     wait_for(lambda: job_state(job_env, job) == "FAILED", 60, f"job {job} did not fail", output)
-    assert not (root / "killed" / "done.json").exists(), "the run finished before the kill"
+    assert not (root / "slurm-killed" / "done.json").exists(), "the run finished before the kill"
     assert "requeueing" not in output.read_text()
-    stopped_at = newest(root, "killed")
+    stopped_at = newest(root, "slurm-killed")
     result = subprocess.run(
-        [*DIGIDEEP, "slurm", "resume", "killed", "--session-path", str(root), "--device", "cpu"],
+        [*DIGIDEEP, "slurm", "resume", "slurm-killed", "--session-path", str(root), "--device", "cpu"],
         cwd=REPO, env=job_env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     again = re.search(r"submitted job (\d+)", result.stdout).group(1)
-    wait_until_done(job_env, root, "killed", again, 180)
-    text = (root / "slurm" / f"killed-{again}.out").read_text()
+    wait_until_done(job_env, root, "slurm-killed", again, 180)
+    text = (root / "slurm" / f"slurm-killed-{again}.out").read_text()
     assert f"checkpoints/checkpoint-{stopped_at}" in text, text[-3000:]
-    assert_same_as_straight(root, straight, "killed", job_env, CHAIN["number_epochs"])
+    assert_same_as_straight(root, straight, "slurm-killed", job_env, CHAIN["number_epochs"])
 
 
 @pytest.mark.slow  # 3 or more jobs of up to a minute each, and their straight run
 def test_a_run_crosses_a_one_minute_time_limit_and_ends_as_a_straight_run(root, job_env):
     # the warning comes 5 s before the limit, as Slurm's 30-second clock sees it: 25 to 55 s in
-    job = submit(job_env, root, "limited", LONG, "--partition=short", "--time=1", "--signal-seconds=5")
+    job = submit(job_env, root, "slurm-limited", LONG, "--partition=short", "--time=1", "--signal-seconds=5")
     straight = subprocess.Popen(
-        train_command(root, "long", PARAMS, LONG), cwd=REPO, env=job_env, stderr=subprocess.PIPE, text=True
+        train_command(root, "slurm-long", PARAMS, LONG),
+        cwd=REPO,
+        env=job_env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     _, errors = straight.communicate(timeout=400)
     assert straight.returncode == 0, errors[-3000:]
-    wait_until_done(job_env, root, "limited", job, 400)
-    text = (root / "slurm" / f"limited-{job}.out").read_text()
-    assert len(job_runs(root, "limited", job)) >= 3, text[-3000:]
+    wait_until_done(job_env, root, "slurm-limited", job, 400)
+    text = (root / "slurm" / f"slurm-limited-{job}.out").read_text()
+    assert len(job_runs(root, "slurm-limited", job)) >= 3, text[-3000:]
     assert stops(text), text[-3000:]
-    assert_same_as_straight(root, "long", "limited", job_env, LONG["number_epochs"], stops(text))
+    assert_same_as_straight(root, "slurm-long", "slurm-limited", job_env, LONG["number_epochs"], stops(text))
 
 
 def test_bad_input_is_one_line_before_anything_is_submitted(root, job_env, tmp_path):
@@ -252,9 +257,9 @@ def test_bad_input_is_one_line_before_anything_is_submitted(root, job_env, tmp_p
 
 
 def test_a_cancelled_job_stops_with_a_checkpoint_and_stays_stopped(root, job_env):
-    job = submit(job_env, root, "cancelled", CHAIN)
-    output = root / "slurm" / f"cancelled-{job}.out"
-    wait_for(lambda: newest(root, "cancelled") >= 2, 180, f"job {job} wrote no checkpoint", output)
+    job = submit(job_env, root, "slurm-cancelled", CHAIN)
+    output = root / "slurm" / f"slurm-cancelled-{job}.out"
+    wait_for(lambda: newest(root, "slurm-cancelled") >= 2, 180, f"job {job} wrote no checkpoint", output)
     slurm(job_env, "scancel", job)  # SIGTERM to every process of the job, and no warning
     wait_for(lambda: job_state(job_env, job) == "CANCELLED", 60, f"job {job} was not cancelled", output)
     wait_for(lambda: "digideep exited with" in output.read_text(), 60, "the job's script did not end", output)
@@ -264,5 +269,5 @@ def test_a_cancelled_job_stops_with_a_checkpoint_and_stays_stopped(root, job_env
     assert "requeueing" not in text
     time.sleep(2)
     assert job_state(job_env, job) == "CANCELLED"
-    assert job_runs(root, "cancelled", job) == [0]
-    assert not (root / "cancelled" / "done.json").exists()
+    assert job_runs(root, "slurm-cancelled", job) == [0]
+    assert not (root / "slurm-cancelled" / "done.json").exists()
