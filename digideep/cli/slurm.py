@@ -32,7 +32,7 @@ def add_slurm_parser(subparsers: Any) -> argparse.ArgumentParser:
         "slurm",
         help="run a training as a Slurm job that checkpoints before its time limit and is requeued "
         "(see docs/slurm.md)",
-        description="A training as a Slurm job: SIGTERM before the time limit, a checkpoint, a requeue, "
+        description="A training as a Slurm job: a warning before the time limit, a checkpoint, a requeue, "
         "and the requeued job resumes the session exactly.",
     )
     sub = parser.add_subparsers(dest="slurm_command", required=True, metavar="ACTION")
