@@ -12,8 +12,8 @@ Modules
     :class:`~digideep.storage.location.Location`: a local folder or an fsspec URL, addressed the
     same way; atomic write, read, list, delete, and the Zarr store of a memory's group.
 :mod:`~digideep.storage.objects`
-    Zarr store helpers: the retrying Zarr store of an object store, and whole-object copy, list
-    and delete (a memory's undo area).
+    Zarr store helpers: the retrying Zarr store of an object store, and whole-object list and
+    delete (a memory's log).
 :mod:`~digideep.storage.files`
     Atomic local file writes: a temporary sibling, fsynced and renamed into place.
 :mod:`~digideep.storage.retry`

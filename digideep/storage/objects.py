@@ -8,17 +8,13 @@ credentials and the endpoint come from the environment, as the filesystem reads 
 object whole (a PUT is atomic), so every file of the group is old or new after a crash, as on disk.
 Every request to an object store is retried through the store's transient failures for a bounded
 time (:class:`RetryingStore`, with the policy of :mod:`digideep.storage.retry` that the session's
-other files follow). :func:`copy_objects`, :func:`list_objects` and :func:`delete_objects` handle
-whole objects of a store without decoding them (the memory's undo area).
+other files follow). :func:`list_objects` and :func:`delete_objects` handle whole objects of a
+store without decoding them (the chunk files a memory's log checks and prunes).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import shutil
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,11 +26,9 @@ from zarr.storage import FsspecStore, WrapperStore
 
 from digideep.storage.retry import retrying_async
 
-__all__ = ["RetryingStore", "copy_objects", "delete_objects", "list_objects"]
+__all__ = ["RetryingStore", "delete_objects", "list_objects"]
 
 T = TypeVar("T")
-
-_CONCURRENCY = 32  # requests in flight for copies on object storage
 
 
 class RetryingStore(WrapperStore[FsspecStore]):
@@ -106,63 +100,12 @@ async def _whole(keys: AsyncIterator[str]) -> list[str]:
     return [key async for key in keys]
 
 
-# -- whole objects (files) of a zarr store: the undo area copies chunks without decoding them -------
+# -- whole objects (files) of a zarr store: listed and deleted without decoding them ----------------
 
 
 def _local_root(store: Any) -> Path | None:
     root = getattr(store, "root", None)
     return Path(root) if root is not None else None
-
-
-def copy_objects(store: Any, pairs: list[tuple[str, str]]) -> list[bool]:
-    """Copy whole objects of ``store`` (keys relative to its root), ``[(source, destination), ...]``.
-
-    On object storage a server-side copy (no bytes through this process), all pairs concurrently;
-    on a local disk a hard link (a file copy where links are not supported) renamed into place,
-    so a destination is old or new after a crash. zarr writes every file to a temporary sibling
-    renamed into place, so a later write of the source never changes the copy.
-
-    Returns:
-        For each pair, ``False`` if the source does not exist (nothing copied), else ``True``.
-    """
-    root = _local_root(store)
-    if root is not None:
-        return [_link(root / source, root / destination) for source, destination in pairs]
-    return sync(_copy_remote(store.fs, store.path, pairs))
-
-
-def _link(source: Path, destination: Path) -> bool:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    tmp = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        try:
-            os.link(source, tmp)
-        except FileNotFoundError:
-            raise
-        except OSError:  # a file system without hard links
-            shutil.copyfile(source, tmp)
-    except FileNotFoundError:  # no source: nothing to copy
-        return False
-    os.replace(tmp, destination)
-    return True
-
-
-async def _copy_remote(fs: Any, prefix: str, pairs: list[tuple[str, str]]) -> list[bool]:
-    limit = asyncio.Semaphore(_CONCURRENCY)
-
-    async def one(source: str, destination: str) -> bool:
-        async with limit:
-            try:
-                await retrying_async(
-                    lambda: fs._cp_file(f"{prefix}/{source}", f"{prefix}/{destination}"),
-                    "copy",
-                    f"{prefix}/{source}",
-                )
-            except FileNotFoundError:
-                return False
-            return True
-
-    return list(await asyncio.gather(*(one(a, b) for a, b in pairs)))
 
 
 def list_objects(store: Any, prefix: str) -> set[str]:
