@@ -36,7 +36,7 @@ from tests.pipeline.test_resume import assert_same_histories, metric_histories, 
 from tests.stack.conftest import BIN, REPO, Cluster, user_env
 from tests.stack.test_stack import assert_a_private_client_file, status
 
-TINY = {"number_epochs": 8, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
+TINY = {"number_epochs": 24, "epoch_size": 1, "n_steps": 20, "learning_starts": 20, "batch_size": 32,
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 4, "test_episodes": 1,
         "buffer_size": 100}  # fmt: skip
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
