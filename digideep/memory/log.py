@@ -422,6 +422,7 @@ class ZarrLog:
         arrays = None if allocate is None else allocate(specs)
         reads = []  # (array, key, out, start, stop): global rows start:stop into out
         prestep, seeds, missing = {}, {}, {}
+        copies = []  # (key, seed rows, start, stop): the next append's chunk, from the ring once read
         for key, spec in specs.items():
             array, rows = self.arrays[key], record.rows[key]
             start, stop = max(state.first, self.since[key]), state.total
@@ -433,9 +434,19 @@ class ZarrLog:
                     reads.append((array, key, arrays[key][:, a:b], start + offset, start + offset + b - a))
                 if seed < stop:
                     buffer = placeholder_array((self.num_workers, rows, *spec.shape), spec.dtype)
-                    low = max(seed, self.since[key])
-                    reads.append((array, key, buffer[:, low - seed : stop - seed], low, stop))
+                    low = max(seed, start)  # rows from start on come into the ring: copied below
+                    if seed < start and self.since[key] < start:
+                        reads.append(
+                            (
+                                array,
+                                key,
+                                buffer[:, max(seed, self.since[key]) - seed : start - seed],
+                                max(seed, self.since[key]),
+                                start,
+                            )
+                        )
                     seeds[key] = (seed, buffer)
+                    copies.append((key, buffer[:, low - seed : stop - seed], low, stop))
             else:
                 pieces = range(start // rows * rows, stop, rows)
                 reads += [(array, key, None, max(a, start), min(stop, a + rows)) for a in pieces]
@@ -446,6 +457,9 @@ class ZarrLog:
                     f"({_shown(found)}), though the commit record says their rows were written (a file deleted)"
                 )
         self._read(reads)
+        for key, out, start, stop in copies:
+            for a, b, offset in ring_slices(start % self.capacity, stop - start, self.capacity):
+                out[:, offset : offset + b - a] = arrays[key][:, a:b]  # type: ignore[index]
         if target.total in record.presteps:
             prestep = self._read_prestep(target.total, record.presteps[target.total], specs)
         if arrays is not None:
