@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from digideep.errors import UsageError
 from digideep.pipeline.session import DEFAULT_ROOT
 
-__all__ = ["add_benchmark_parser", "command_benchmark"]
+if TYPE_CHECKING:
+    from digideep.benchmark.matrix import Cell
+    from digideep.pipeline.evaluation import EvaluationProtocol
+
+__all__ = ["add_benchmark_parser", "add_matrix_options", "command_benchmark", "plan_of"]
 
 
 def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -28,6 +32,24 @@ def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="A benchmark matrix: each cell a run of the train deployment, all under one MLflow "
         "parent run, every cell evaluated alike (docs/benchmark.md).",
     )
+    add_matrix_options(parser)
+    parser.add_argument("--concurrency", type=int, default=2, help="cells running at once (default: 2)")
+    parser.add_argument(
+        "--train-deployment", default="train/pendulum-sac", help="train deployment whose pool runs the cells"
+    )
+    parser.add_argument("--deployment", default="benchmark/pendulum", help="the benchmark deployment to run")
+    parser.add_argument("--local", action="store_true", help="run the benchmark flow in this process")
+    parser.add_argument(
+        "--session-path", default=str(DEFAULT_ROOT), metavar="PATH", help="the cells' sessions"
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(func=command_benchmark)
+    return parser
+
+
+def add_matrix_options(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's matrix and protocol: ``--params``, ``--env``, ``--seeds``, ``--frames``,
+    ``--eval-interval``, ``--eval-episodes``, ``--variant``, ``--cpanel`` and ``--name``."""
     parser.add_argument(
         "--params", nargs="+", required=True, metavar="MODULE", help="parameter files, or sb3:SAC"
     )
@@ -46,23 +68,18 @@ def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="a named set of cpanel overrides (repeat for several), e.g. small-lr='{\"lr\": 0.0001}'",
     )
     parser.add_argument("--cpanel", metavar="JSON", help="cpanel overrides of every parameter file's cell")
-    parser.add_argument("--name", help="the benchmark's name (default: from its flow run)")
-    parser.add_argument("--concurrency", type=int, default=2, help="cells running at once (default: 2)")
     parser.add_argument(
-        "--train-deployment", default="train/pendulum-sac", help="train deployment whose pool runs the cells"
+        "--name", help="the benchmark's name (default: from its flow run; under 'digideep slurm', the time)"
     )
-    parser.add_argument("--deployment", default="benchmark/pendulum", help="the benchmark deployment to run")
-    parser.add_argument("--local", action="store_true", help="run the benchmark flow in this process")
-    parser.add_argument(
-        "--session-path", default=str(DEFAULT_ROOT), metavar="PATH", help="the cells' sessions"
-    )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.set_defaults(func=command_benchmark)
-    return parser
 
 
-def command_benchmark(args: argparse.Namespace) -> int:
-    """Check the matrix, then run the benchmark deployment (or, with ``--local``, the flow here)."""
+def plan_of(args: argparse.Namespace) -> tuple[list[Cell], EvaluationProtocol, dict[str, Any]]:
+    """The checked cells of the matrix options (:func:`add_matrix_options`), their protocol and the
+    benchmark's parameters of the same names as the benchmark flow's.
+
+    Raises:
+        UsageError: bad input (:func:`~digideep.benchmark.matrix.plan`), in one line.
+    """
     from digideep.benchmark.matrix import plan
     from digideep.pipeline.evaluation import EvaluationProtocol
     from digideep.pipeline.params import parse_cpanel
@@ -77,13 +94,19 @@ def command_benchmark(args: argparse.Namespace) -> int:
         "eval_episodes": args.eval_episodes,
         "base_cpanel": parse_cpanel(args.cpanel) or None,
         "name": args.name,
-        "deployment": args.train_deployment,
-        "concurrency": args.concurrency,
-        "session_path": args.session_path,
     }
     protocol = EvaluationProtocol(args.eval_interval or args.frames, args.eval_episodes, args.frames)
     cells = plan(
         args.params, args.env, args.seeds, protocol, parameters["variants"], parameters["base_cpanel"]
+    )
+    return cells, protocol, parameters
+
+
+def command_benchmark(args: argparse.Namespace) -> int:
+    """Check the matrix, then run the benchmark deployment (or, with ``--local``, the flow here)."""
+    cells, _, parameters = plan_of(args)
+    parameters.update(
+        deployment=args.train_deployment, concurrency=args.concurrency, session_path=args.session_path
     )
     if not _prefect_api_url():
         raise UsageError(

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from digideep.utility.processes import free_port, stop_on_signals, stop_tree
+from digideep.utility.processes import free_port, signals_ignored, stop_on_signals, stop_tree
 
 __all__ = ["DAEMONS", "LocalSlurm", "SlurmUnavailableError", "main", "missing"]
 
@@ -207,18 +207,26 @@ class LocalSlurm:
         return ("; " + " | ".join(lines)) if lines else ""
 
     def stop(self) -> None:
-        """Cancel every job, wait for them to end (up to 20 s), and stop the daemons."""
-        if "slurmctld" in self._processes and self._processes["slurmctld"].poll() is None:
-            subprocess.run(
-                ["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True, timeout=20
-            )
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and self.jobs():
-                time.sleep(0.5)
-        for name in reversed(DAEMONS):
-            process = self._processes.pop(name, None)
-            if process is not None:
-                stop_tree(process, grace=10, first=15)
+        """Cancel every job, wait for them to end (up to 20 s), and stop the daemons.
+
+        Stop signals are ignored until every daemon has stopped (:func:`signals_ignored`): a second
+        Ctrl-C cannot leave munged or slurmd running, and the daemons stop even when cancelling the
+        jobs failed.
+        """
+        with signals_ignored():
+            try:
+                if "slurmctld" in self._processes and self._processes["slurmctld"].poll() is None:
+                    subprocess.run(
+                        ["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True, timeout=20
+                    )
+                    deadline = time.monotonic() + 20
+                    while time.monotonic() < deadline and self.jobs():
+                        time.sleep(0.5)
+            finally:
+                for name in reversed(DAEMONS):
+                    process = self._processes.pop(name, None)
+                    if process is not None:
+                        stop_tree(process, grace=10, first=15)
 
     def jobs(self) -> list[str]:
         """The ids of the jobs the controller still knows as pending, running or completing."""

@@ -130,7 +130,7 @@ def benchmark(
                 if future.state.is_final():
                     states[key] = future.state.type.value
                     del tasks[key]
-    summary = _summary(mlflow, name, cells, states)
+    summary = records.summary(mlflow, name, cells, states)
     status = records.finish_parent(mlflow, parent, states)
     logger.info("benchmark %s %s:\n%s", name, status, summary["table"])
     return {"benchmark": name, "parent_run_id": parent, "status": status, "cells": summary["cells"]}
@@ -162,29 +162,6 @@ def _launch(
     if state_of(client, flow_run_id) == "CANCELLED":  # the benchmark was cancelled with its cells
         client.set_flow_run_state(flow_run_id, Scheduled(message="retried by its benchmark flow"), force=True)
     return flow_run_id
-
-
-def _summary(mlflow: Any, name: str, cells: list[Cell], states: dict[str, str]) -> dict[str, Any]:
-    """Each cell's state, run and score (its last ``eval/return``), and a fixed-width table of them."""
-    rows = []
-    for cell in cells:
-        runs = records.cell_runs(mlflow, name, cell.tags(name, None))
-        run_id = runs[0].info.run_id if len(runs) == 1 else ""
-        value = records.score(mlflow, run_id) if run_id else float("nan")
-        rows.append(
-            {
-                "cell": cell.key,
-                "state": states.get(cell.key, "?"),
-                "runs": len(runs),
-                "run_id": run_id,
-                "score": value,
-            }
-        )
-    lines = [["cell", "state", "runs", "score"]]
-    lines += [[r["cell"], r["state"], str(r["runs"]), f"{r['score']:.2f}"] for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(4)]
-    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines)
-    return {"cells": rows, "table": table}
 
 
 if __name__ == "__main__":

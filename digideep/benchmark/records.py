@@ -4,7 +4,8 @@ The parent run lives in the experiment :data:`EXPERIMENT` and is tagged ``digide
 and ``digideep.benchmark=<name>``; it is found again by those tags, so a retried benchmark keeps
 its parent. A parameter file's cell is tracked by its train run, in its parameter file's
 experiment as any train run, tagged and nested through the train flow's ``benchmark`` parameter
-(:func:`~digideep.tracking.trials.benchmark_tags`); an SB3 cell's run is made in :data:`EXPERIMENT`.
+(or ``digideep train --benchmark``, in the Slurm jobs of :mod:`digideep.slurm.benchmark`;
+:func:`~digideep.tracking.trials.benchmark_tags`); an SB3 cell's run is made in :data:`EXPERIMENT`.
 ``digideep report`` finds all of them by the tag ``digideep.benchmark``.
 """
 
@@ -12,11 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
 from digideep.tracking.trials import BENCHMARK_CELL_KEYS
+
+if TYPE_CHECKING:
+    from digideep.benchmark.matrix import Cell
 
 __all__ = [
     "EXPERIMENT",
@@ -26,6 +30,7 @@ __all__ = [
     "finish_parent",
     "open_parent",
     "score",
+    "summary",
 ]
 
 EXPERIMENT = "benchmarks"
@@ -39,7 +44,7 @@ def open_parent(
     name: str,
     protocol: EvaluationProtocol,
     axes: Mapping[str, Any],
-    flow_run_id: str,
+    flow_run_id: str | None,
 ) -> str:
     """The benchmark's parent run: found by its tags (a retried benchmark), else created RUNNING.
 
@@ -48,7 +53,7 @@ def open_parent(
         name: the benchmark's name.
         protocol: logged as the ``eval/*`` params.
         axes: the matrix (algorithms, envs, seeds, variants), logged as JSON params.
-        flow_run_id: the benchmark's Prefect flow run.
+        flow_run_id: the benchmark's Prefect flow run (None: none, its cells run as Slurm jobs).
     """
     found = client.search_runs(
         [experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'benchmark' and tags.`{NAME_TAG}` = '{name}'"
@@ -58,7 +63,9 @@ def open_parent(
         return found[0].info.run_id
     from mlflow.entities import Param
 
-    tags = {KIND_TAG: "benchmark", NAME_TAG: name, "prefect.flow_run_id": flow_run_id}
+    tags = {KIND_TAG: "benchmark", NAME_TAG: name}
+    if flow_run_id is not None:
+        tags["prefect.flow_run_id"] = flow_run_id
     run = client.create_run(experiment_id, run_name=f"benchmark {name}", tags=tags)
     params = {**protocol.mlflow_params(), **{f"benchmark/{k}": json.dumps(v) for k, v in axes.items()}}
     client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
@@ -101,3 +108,26 @@ def finish_parent(client: Any, parent_run_id: str, states: Mapping[str, str]) ->
     status = "FINISHED" if set(counts) <= {"COMPLETED"} else "FAILED"
     client.set_terminated(parent_run_id, status)
     return status
+
+
+def summary(client: Any, name: str, cells: Sequence[Cell], states: Mapping[str, str]) -> dict[str, Any]:
+    """Each cell's state, run and score (its last ``eval/return``), and a fixed-width table of them."""
+    rows = []
+    for cell in cells:
+        runs = cell_runs(client, name, cell.tags(name, None))
+        run_id = runs[0].info.run_id if len(runs) == 1 else ""
+        value = score(client, run_id) if run_id else float("nan")
+        rows.append(
+            {
+                "cell": cell.key,
+                "state": states.get(cell.key, "?"),
+                "runs": len(runs),
+                "run_id": run_id,
+                "score": value,
+            }
+        )
+    lines = [["cell", "state", "runs", "score"]]
+    lines += [[r["cell"], r["state"], str(r["runs"]), f"{r['score']:.2f}"] for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines)
+    return {"cells": rows, "table": table}

@@ -33,6 +33,7 @@ NEW_RUN_OPTIONS = {
     "session_name": "--session-name",
     "msg": "--msg",
     "dry_run": "--dry-run",
+    "benchmark": "--benchmark",
 }
 """Options of a new run, which resume and play refuse (``dest``: option)."""
 
@@ -68,6 +69,13 @@ def add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
         "--dry-run",
         action="store_true",
         help="validate the params, build the envs and agents, print the params tree; write nothing",
+    )
+    parser.add_argument(
+        "--benchmark",
+        metavar="JSON",
+        help='the benchmark cell this run is, as digideep slurm benchmark writes it ({"name": ..., '
+        '"algorithm": ..., "env": ..., "seed": ..., "variant": ..., "parent_run_id": ...}): '
+        "its MLflow run is tagged and nested as the benchmark flow's cells are",
     )
 
 

@@ -29,6 +29,7 @@ def command_train(args: argparse.Namespace) -> int:
     """Validate the params, then train through the Prefect flow (or ``Runner.train()`` with ``--no-prefect``)."""
     # every check runs before anything touches disk (session.device of the params unless --device)
     resolved = resolve_params(args.params, args.cpanel, device=args.device)
+    benchmark = _benchmark_cell(args.benchmark)
     if args.session_name is not None:
         check_session_name(args.session_name)
     check_session_root(args.session_path)  # a local folder: not a file, writable
@@ -55,7 +56,28 @@ def command_train(args: argparse.Namespace) -> int:
         resolved=resolved,
         device=args.device,
         deterministic=args.deterministic,
+        benchmark=benchmark,
     )
+
+
+def _benchmark_cell(text: str | None) -> dict[str, Any] | None:
+    """The ``--benchmark`` JSON: the cell a run is (the train flow's ``benchmark`` parameter).
+
+    Raises:
+        UsageError: not a JSON object, or one without ``name`` and the cell's keys (one line).
+    """
+    if text is None:
+        return None
+    from digideep.tracking.trials import BENCHMARK_CELL_KEYS
+
+    keys = ("name", *BENCHMARK_CELL_KEYS)
+    try:
+        cell = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"invalid --benchmark JSON at char {error.pos}: {error.msg}") from None
+    if not isinstance(cell, dict) or any(key not in cell for key in keys):
+        raise UsageError(f"--benchmark must be a JSON object with the keys {', '.join(keys)}, got {text}")
+    return cell
 
 
 def _check_tracking_server(params: dict[str, Any], session_path: str) -> None:
@@ -177,11 +199,14 @@ def _train(
     resolved: ResolvedParams | None = None,
     device: str | None = None,
     deterministic: bool = False,
+    benchmark: dict[str, Any] | None = None,
 ) -> int:
     """Train a new run (``params`` with ``cpanel``) or resume session ``name`` under ``root``.
 
     ``device`` and ``deterministic`` (``--device``, ``--deterministic``) go to the run as arguments,
-    of :func:`~digideep.pipeline.training.open_run` or of the flow.
+    of :func:`~digideep.pipeline.training.open_run` or of the flow; ``benchmark`` (``--benchmark``)
+    tags and nests the new run's MLflow run as a benchmark cell
+    (:func:`~digideep.tracking.trials.benchmark_tags`).
 
     With ``--no-prefect`` the run takes ``resolved``, the params :func:`command_train` resolved.
     The Prefect flow is an entry point of its own (deployments and retries call it with a module
@@ -195,6 +220,7 @@ def _train(
     """
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
+    from digideep.tracking.trials import benchmark_tags
 
     if no_prefect:
         handle = open_run(
@@ -203,6 +229,7 @@ def _train(
             session_name=name,
             session_path=root,
             resume=resume,
+            tags=benchmark_tags(benchmark),
             description=description,
             device=device,
             deterministic=deterministic,
@@ -226,6 +253,7 @@ def _train(
                 session_path=root,
                 resume=resume,
                 description=description,
+                benchmark=benchmark,
                 device=device,
                 deterministic=deterministic,
             )

@@ -1,36 +1,47 @@
 """Asking the Slurm cluster before submitting: is it reachable, does the partition exist, do its
 nodes see the session's folder, would it accept the job; then ``sbatch`` itself.
 
-Everything goes through Slurm's own commands (``sinfo``, ``sbatch``), as a user on a login node
-runs them; ``SLURM_CONF`` in the environment picks the cluster as it does for them.
+Everything goes through Slurm's own commands (``sinfo``, ``sbatch``, ``squeue``), as a user on a
+login node runs them; ``SLURM_CONF`` in the environment picks the cluster as it does for them.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from digideep.errors import UsageError
 
 __all__ = [
+    "ENDED_STATES",
     "LOCAL_FILESYSTEMS",
     "Cluster",
     "check_partition",
     "check_time_limit",
     "check_visible",
     "filesystem_of",
+    "job_states",
     "probe_cluster",
     "seconds",
     "submit",
     "test_submission",
+    "wait_for_jobs",
 ]
 
 LOCAL_FILESYSTEMS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "vfat"}
 )
 """Filesystems that only the host mounting them sees (network ones: nfs, lustre, gpfs, beegfs, cephfs...)."""
+
+ENDED_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+     "BOOT_FAIL", "DEADLINE"}
+)  # fmt: skip
+"""Job states a job does not leave (a requeued job is PENDING again, not one of these)."""
 
 _TIMEOUT = 30  # seconds: a controller that does not answer in this time counts as unreachable
 
@@ -226,3 +237,38 @@ def submit(script: Path, *extra: str) -> str:
             f"sbatch refused {script}: {_last_line(result.stderr).removeprefix('sbatch: error: ')}"
         )
     return result.stdout.strip().split(";")[0]
+
+
+def job_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """The state of each job the controller still knows (``squeue -t all``), e.g. ``RUNNING``.
+
+    A job missing from the answer has ended and been purged (``MinJobAge``). Empty when the
+    controller did not answer.
+    """
+    try:
+        result = subprocess.run(
+            [_command("squeue"), "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i %T"],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        return {}
+    if result.returncode != 0:
+        purged = "invalid job id" in result.stderr.lower()  # every job of the list is gone
+        return {job: "PURGED" for job in job_ids} if purged else {}
+    states = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) >= 2)
+    return {job: states.get(job, "PURGED") for job in job_ids}
+
+
+def wait_for_jobs(job_ids: Sequence[str], poll_seconds: float = 5.0) -> dict[str, str]:
+    """Wait until every job has ended (:data:`ENDED_STATES`, or purged); each one's final state.
+
+    A requeued job is pending again, not ended: it is waited for through all its runs. A look at
+    the queue that gets no answer is made again at the next poll.
+    """
+    while True:
+        states = job_states(job_ids)
+        if states and all(state in ENDED_STATES or state == "PURGED" for state in states.values()):
+            return states
+        time.sleep(poll_seconds)

@@ -46,6 +46,7 @@ class TrainingJob:
         digideep: the ``digideep`` command the job runs.
         options: further options of ``train`` and ``resume`` (``--device``, ``--log-level``...).
         description: a new run's ``--msg``.
+        train_options: further options of ``train`` only (a benchmark cell's ``--benchmark``).
     """
 
     session_root: str
@@ -57,6 +58,7 @@ class TrainingJob:
     digideep: str
     options: tuple[str, ...] = ()
     description: str | None = None
+    train_options: tuple[str, ...] = ()
 
 
 def digideep_executable() -> str:
@@ -125,6 +127,7 @@ def job_script(job: TrainingJob, config: SlurmConfig) -> str:
             train.append(f"--cpanel={job.cpanel}")
         if job.description:
             train.append(f"--msg={job.description}")
+        train += job.train_options
         lines += ["else", f"    {shlex.join(train)} &"]
     lines += [
         "fi",

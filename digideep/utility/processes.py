@@ -30,6 +30,7 @@ __all__ = [
     "check_port_free",
     "free_port",
     "ignoring_sigint",
+    "signals_ignored",
     "stop_on_signals",
     "stop_tree",
     "terminated_with_parent",
@@ -59,6 +60,24 @@ def stop_on_signals() -> Iterator[None]:
             raise KeyboardInterrupt(signal.Signals(signum).name)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While active, SIGINT, SIGTERM and SIGHUP are ignored: for a stop that must finish once begun
+    (every daemon stopped), however often Ctrl-C is pressed meanwhile. Their handlers come back after.
+
+    Only the main thread can set handlers; elsewhere it changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
     try:
         yield
     finally:

@@ -52,6 +52,7 @@ ELSEWHERE = {
     r"(sudo )?\.venv/bin/python -m digideep_stack\.slurm up|export SLURM_CONF=": "tests/slurm/conftest.py::slurm_cluster",
     r"(sinfo|squeue|scontrol|sacct)\b": "tests/slurm/test_requeue.py::job_state",
     r"\.venv/bin/digideep slurm (submit|resume) ": "tests/slurm/test_requeue.py::submit",
+    r"\.venv/bin/digideep slurm benchmark ": "tests/slurm/test_benchmark.py::slurm_benchmark",
 }  # fmt: skip
 
 
