@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,14 @@ def free_port() -> int:
 def device_args(device: str) -> list[str]:
     """Command-line options that run on ``device``; CUDA runs deterministic, so that they repeat."""
     return ["--device", device, *(["--deterministic"] if device.startswith("cuda") else [])]
+
+
+def usage_error_line(result: subprocess.CompletedProcess) -> str:
+    """The one line a refused command printed: exit status 2 and ``digideep: error: ...`` alone on stderr."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("digideep: error: "), result.stderr
+    return lines[0]
 
 
 def assert_same_tensors(a: Any, b: Any, where: str = "") -> None:

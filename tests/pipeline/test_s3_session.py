@@ -26,6 +26,7 @@ from digideep.storage import checkpoint as ckpt
 from digideep.storage.location import Location
 from tests.agents.runner_setup import close, iterate, small_params
 from tests.conftest import REPO
+from tests.helpers import usage_error_line
 from tests.pipeline.test_checkpoint import info, states
 from tests.s3 import moto_server
 
@@ -181,12 +182,10 @@ def cli_train(cwd: Path, env: dict[str, str], session_path: str) -> subprocess.C
 
 
 def assert_refused(result: subprocess.CompletedProcess, url: str, cwd: Path, *words: str) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("digideep: error: "), result.stderr
-    assert f"'{url}'" in lines[0] and all(word in lines[0] for word in words), lines[0]
+    line = usage_error_line(result)
+    assert f"'{url}'" in line and all(word in line for word in words), line
     assert list(cwd.iterdir()) == [], "nothing is written locally"
-    return lines[0]
+    return line
 
 
 def test_a_missing_bucket_fails_at_start_in_one_line(s3_env, tmp_path):

@@ -22,6 +22,7 @@ from digideep.report.records import Criteria, read_store
 from digideep.report.selection import select_records
 from tests.conftest import REPO
 from tests.flows.test_benchmark import TINY
+from tests.helpers import usage_error_line
 from tests.slurm.test_requeue import DIGIDEEP, slurm
 
 SEEDS = (0, 1, 2)
@@ -84,11 +85,7 @@ def test_a_benchmarks_cells_run_as_jobs_and_the_report_reads_them(job_env, tmp_p
 
 def test_bad_input_is_one_line_and_nothing_is_submitted(job_env, tmp_path):
     def refused(*options: str) -> str:
-        result = slurm_benchmark(job_env, tmp_path / "sessions", "bad", *options)
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("digideep: error: "), result.stderr
-        return lines[0]
+        return usage_error_line(slurm_benchmark(job_env, tmp_path / "sessions", "bad", *options))
 
     jobs_before = slurm(job_env, "squeue", "-h", "-o", "%i")
     assert "unknown Slurm partition 'gpu'" in refused("--partition=gpu")

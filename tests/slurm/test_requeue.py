@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from digideep.storage.checkpoint import find_checkpoints
 from digideep_stack.slurm import LocalSlurm
 from tests.conftest import REPO
-from tests.helpers import assert_same_training
+from tests.helpers import assert_same_training, usage_error_line
 from tests.pipeline.test_resume import (
     SMALL_SAC,
     assert_same_histories,
@@ -238,10 +238,7 @@ def test_bad_input_is_one_line_before_anything_is_submitted(root, job_env, tmp_p
              "--session-name", "bad", *options],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("digideep: error: "), result.stderr
-        return lines[0]
+        return usage_error_line(result)
 
     jobs_before = slurm(job_env, "squeue", "-h", "-o", "%i")
     assert "unknown Slurm partition 'gpu'; this cluster has: debug, short" in refused("--partition=gpu")
