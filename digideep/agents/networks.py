@@ -170,6 +170,7 @@ def init_orthogonal(module: nn.Module, gain: float = math.sqrt(2.0), last_gain: 
             nn.init.orthogonal_(param, gain) if "weight" in name else nn.init.zeros_(param)
 
 
+# kept over torch.func's stack_module_state + vmap: faster in bench/bench_library_pieces.py (docs/measurements.md)
 class EnsembleMLP(nn.Module):
     """``ensemble_size`` independent MLPs on the same input, each a chain of ``torch.addmm``.
 

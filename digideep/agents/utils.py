@@ -214,6 +214,7 @@ def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Seque
     adam_step(optimizer, torch.autograd.grad(loss, params))
 
 
+# kept over .grad and optimizer.step(): faster in bench/bench_library_pieces.py (docs/measurements.md)
 @torch.compiler.disable
 def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -> None:
     """``optimizer.step()`` with ``grads`` (from ``torch.autograd.grad``) instead of the ``.grad`` fields.
