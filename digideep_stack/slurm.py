@@ -7,10 +7,12 @@ runs until Ctrl-C, SIGTERM or SIGHUP, which cancel its jobs and stop the daemons
 same cluster through :class:`LocalSlurm`.
 
 The cluster has one node with :attr:`LocalSlurm.cpus` CPUs (more than the machine has, so that a few
-small jobs run side by side) and two partitions: ``debug`` (the default, no time limit) and
-``short`` (at most 1 minute a job). Its job credentials live 5 s (``cred_expire``), so that a requeued
-job starts again seconds later; a real cluster's default is 120 s. Only root can run it: slurmd
-starts each job as its user.
+small jobs run side by side) and four partitions: ``debug`` (the default, no time limit), ``short``
+(at most 1 minute a job), ``preemptible`` and ``urgent`` (no time limit). A job of ``urgent`` that
+needs the CPUs of jobs of ``preemptible`` preempts them, and Slurm requeues them
+(``PreemptMode=REQUEUE``); jobs of ``debug`` and ``short`` are never preempted. Its job credentials
+live 5 s (``cred_expire``), so that a requeued job starts again seconds later; a real cluster's
+default is 120 s. Only root can run it: slurmd starts each job as its user.
 """
 
 from __future__ import annotations
@@ -88,9 +90,18 @@ ReturnToService=2
 JobRequeue=1
 KillWait={kill_wait}
 MinJobAge=600
+# preemption by partition: a job of urgent (the higher PriorityTier) that needs the CPUs of jobs of
+# preemptible preempts them, and Slurm requeues them (SIGTERM to all their processes, KillWait,
+# SIGKILL); jobs of debug and short are never preempted. No GraceTime: when a grace time starts, Slurm
+# signals a job's steps but not its batch script, in which digideep runs; it would only put off the
+# SIGTERM.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 NodeName={node} NodeAddr=127.0.0.1 NodeHostname={hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName=debug Nodes={node} Default=YES MaxTime=UNLIMITED State=UP
-PartitionName=short Nodes={node} MaxTime=1 State=UP
+PartitionName=debug Nodes={node} Default=YES MaxTime=UNLIMITED PreemptMode=OFF State=UP
+PartitionName=short Nodes={node} MaxTime=1 PreemptMode=OFF State=UP
+PartitionName=preemptible Nodes={node} MaxTime=UNLIMITED PriorityTier=1 PreemptMode=REQUEUE State=UP
+PartitionName=urgent Nodes={node} MaxTime=UNLIMITED PriorityTier=10 PreemptMode=OFF State=UP
 """
 
 
@@ -105,7 +116,8 @@ class LocalSlurm:
         cpus: CPUs the node offers to jobs.
         memory_mb: memory the node offers to jobs, in MiB.
         cred_expire: lifetime of job credentials in seconds; also how long a requeued job waits.
-        kill_wait: seconds between SIGTERM and SIGKILL when a job reaches its time limit.
+        kill_wait: seconds between SIGTERM and SIGKILL when a job reaches its time limit, is
+            cancelled or is preempted.
     """
 
     def __init__(

@@ -4,7 +4,8 @@ The script is plain bash with ``#SBATCH`` lines, written beside the job's output
 user can read it, and resubmit it (``sbatch <script>``) whatever became of the job. What it does:
 
 1. asks Slurm for SIGUSR1 to its shell ``signal_seconds`` before the time limit
-   (``--signal=B:USR1@N``: the warning) and to be requeued on node failure (``--requeue``);
+   (``--signal=B:USR1@N``: the warning) and to be requeued on node failure or preemption
+   (``--requeue``);
 2. runs ``digideep resume`` when the session holds ``params.json`` (a requeued job, or a job
    submitted again), else ``digideep train`` of a new session, in the background;
 3. passes the warning on to digideep as SIGTERM, as it passes on the SIGTERM of a cancel, a
@@ -12,7 +13,9 @@ user can read it, and resubmit it (``sbatch <script>``) whatever became of the j
    exits 143;
 4. when the warning stopped digideep, requeues itself (``scontrol requeue``): the job runs again,
    resuming the session from that checkpoint. A job cancelled with ``scancel`` (SIGTERM without the
-   warning) stops with its checkpoint and stays stopped.
+   warning) stops with its checkpoint and stays stopped. A preempted job (SIGTERM without the warning
+   too) stops the same way; Slurm itself requeues it where the partition's ``PreemptMode`` is
+   ``REQUEUE``, and it resumes.
 
 A job killed without warning (a node that died, the OOM killer) resumes the same way once requeued
 (Slurm requeues a job of a failed node itself; ``scontrol requeue JOB`` requeues any) or submitted

@@ -1,5 +1,5 @@
 """A training submitted with ``digideep slurm submit`` to a real Slurm cluster survives its time limit,
-the warning signal and a SIGKILL, and ends bit-identical to a run never stopped.
+the warning signal, a preemption and a SIGKILL, and ends bit-identical to a run never stopped.
 
 The cluster (:mod:`digideep_stack.slurm`) runs real jobs: each job runs ``digideep train`` or
 ``resume`` as a user's job would. The warning that Slurm sends before a time limit
@@ -114,6 +114,13 @@ def job_runs(root: Path, name: str, job: str) -> list[int]:
     return [int(n) for n in re.findall(r"digideep-slurm: job \d+ run (\d+) starts", text)]
 
 
+def run_times(text: str) -> tuple[list[float], list[float]]:
+    """When each run of a job started and when its digideep exited (Unix seconds), from its output."""
+    starts = re.findall(r"digideep-slurm: job \d+ run \d+ starts on \S+ at ([\d.]+)", text)
+    exits = re.findall(r"digideep-slurm: digideep exited with \d+ at ([\d.]+)", text)
+    return [float(t) for t in starts], [float(t) for t in exits]
+
+
 def wait_until_done(env: dict[str, str], root: Path, name: str, job: str, timeout: float) -> None:
     """Until the session finished training and the job left the queue, completed."""
     output = root / "slurm" / f"{name}-{job}.out"
@@ -211,6 +218,33 @@ def test_a_job_killed_without_warning_resumes_in_a_new_job(root, job_env, straig
     assert_same_as_straight(root, straight, "slurm-killed", job_env, CHAIN["number_epochs"])
 
 
+def test_a_preempted_job_is_requeued_by_slurm_and_ends_as_a_straight_run(
+    root, job_env, straight, slurm_cluster
+):
+    job = submit(job_env, root, "slurm-preempted", CHAIN, "--partition=preemptible")
+    output = root / "slurm" / f"slurm-preempted-{job}.out"
+    wait_for(lambda: newest(root, "slurm-preempted") >= 2, 180, f"job {job} wrote no checkpoint", output)
+    # a job of the higher-priority partition that needs every CPU of the node: Slurm preempts the
+    # training (PreemptMode=REQUEUE: SIGTERM to all its processes, no warning) and requeues it
+    urgent = slurm(
+        job_env, "sbatch", "--parsable", "--partition=urgent", f"--cpus-per-task={slurm_cluster.cpus}",
+        f"--output={root / 'slurm' / 'urgent-%j.out'}", "--wrap", "date +%s.%N; sleep 5; date +%s.%N",
+    ).strip()  # fmt: skip
+    wait_until_done(job_env, root, "slurm-preempted", job, 180)
+    assert job_state(job_env, urgent) == "COMPLETED"
+    text = output.read_text()
+    assert "DUE TO PREEMPTION" in text, text[-3000:]
+    assert job_runs(root, "slurm-preempted", job) == [0, 1], text[-3000:]
+    assert text.count("digideep exited with 143") == 1, text[-3000:]
+    assert len(stops(text)) == 1, f"the run was not stopped by the preemption: {text[-3000:]}"
+    assert "requeueing" not in text, "Slurm requeues a preempted job, not its script"
+    # the urgent job ran in between: after the training's first run stopped, before its second began
+    starts, exits = run_times(text)
+    urgent_began, urgent_ended = map(float, (root / "slurm" / f"urgent-{urgent}.out").read_text().split())
+    assert exits[0] <= urgent_began and urgent_ended <= starts[1], (starts, exits, urgent_began, urgent_ended)
+    assert_same_as_straight(root, straight, "slurm-preempted", job_env, CHAIN["number_epochs"], stops(text))
+
+
 @pytest.mark.slow  # 3 or more jobs of up to a minute each, and their straight run
 def test_a_run_crosses_a_one_minute_time_limit_and_ends_as_a_straight_run(root, job_env):
     # the warning comes 5 s before the limit, as Slurm's 30-second clock sees it: 25 to 55 s in
@@ -241,7 +275,9 @@ def test_bad_input_is_one_line_before_anything_is_submitted(root, job_env, tmp_p
         return usage_error_line(result)
 
     jobs_before = slurm(job_env, "squeue", "-h", "-o", "%i")
-    assert "unknown Slurm partition 'gpu'; this cluster has: debug, short" in refused("--partition=gpu")
+    assert "unknown Slurm partition 'gpu'; this cluster has: debug, preemptible, short, urgent" in refused(
+        "--partition=gpu"
+    )
     assert "above the limit of partition 'short' (1 min)" in refused("--partition=short", "--time=5")
     (tmp_path / "job.yaml").write_text("partiton: short\n")
     assert "did you mean 'partition'?" in refused(f"--slurm-config={tmp_path / 'job.yaml'}")
