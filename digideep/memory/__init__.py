@@ -1,33 +1,27 @@
 """Memories of trajectory chunks and the samplers that read them.
 
 - :class:`Memory` (:mod:`~digideep.memory.memory`): the off-policy replay memory, ``capacity`` rows
-  per worker. A RAM ring (:mod:`~digideep.memory.ring`) that sampling reads, and with a path an
-  append-only Zarr log behind it (:mod:`~digideep.memory.log`) that survives any crash: ``flush()``
-  commits the rows appended, ``restore(state)`` returns to a checkpoint's state byte for byte,
-  ``checkpoint_committed(keep=N)`` lets the log drop what the newest ``N`` checkpoints no longer
-  need. ``mode="disk"`` keeps no ring: sampling reads the log (memories larger than RAM).
+  per worker: a RAM ring (:mod:`~digideep.memory.ring`) that sampling reads, and with a path an
+  append-only Zarr log (:mod:`~digideep.memory.log`) that ``flush()`` commits and
+  ``restore(state)`` returns to byte for byte. ``mode="disk"`` keeps no ring: sampling reads the log.
 - :class:`RolloutMemory` (:mod:`~digideep.memory.rollout`): on-policy, the latest chunk(s) by
   reference, stacked uint8 frames held once (:mod:`~digideep.memory.frames`).
 - :class:`TrajectoryMemory`: what the Runner needs of both.
-- :class:`Sampler` and its units (:mod:`~digideep.memory.sampler`): ``sampler(memory)`` runs
-  ``unit(data, info) -> data`` in order; :class:`UniformTransitions`,
-  :class:`DeviceUniformTransitions` (drawn on a torch device from the memory's
-  :class:`DeviceMirror`) and :class:`LastChunk` are the usual compositions.
+- :class:`Sampler` and its units (:mod:`~digideep.memory.sampler`).
 
 A chunk is the Explorer's flat dict, ``(W, T + 1, ...)`` per key (``docs/trajectories.md``); its
 last row, the final prestep, is overwritten by the next chunk's first row. The valid transition
 rows are the ``size`` rows before ``pos`` (``valid_rows()``; sample through
 :func:`uniform_transitions` or ``physical_rows``, never ``randint(size)``, wrong once the ring
 wraps). A key that appears late is back-filled with the nonify placeholder; a chunk that does not
-fit (worker count, rows, a key's dtype or row shape) is refused with a message naming the key, and
-the memory is left unchanged. The design, its guarantees and its costs: ``docs/memory.md``.
+fit is refused with a message naming the key, the memory left unchanged. The design, its
+guarantees and its costs: ``docs/memory.md``.
 """
 
 from digideep.memory.layout import DamagedMemoryError, KeySpec
 from digideep.memory.log import Readback
 from digideep.memory.memory import Memory, TrajectoryMemory
-from digideep.memory.mirror import DeviceMirror
-from digideep.memory.ring import RingState
+from digideep.memory.ring import DeviceMirror, RingState
 from digideep.memory.rollout import RolloutMemory
 from digideep.memory.sampler import (
     DeviceUniformTransitions,

@@ -1,8 +1,7 @@
 """Frame-stack columns: a chunk's stacked image observations held one frame per row, rebuilt exactly.
 
-An Atari chunk holds ``/observations`` as ``(W, T + 1, 4, 84, 84) uint8`` stacks and
-``/next_observations`` again, so every frame is held eight times (56 KB a transition). Within an
-episode, row ``t``'s stack is row ``t - 1``'s shifted by one frame plus one new frame. The codec keeps:
+Within an episode, row ``t``'s stack is row ``t - 1``'s shifted by one frame plus one new frame. So
+an encoded chunk keeps:
 
 - ``/observations``: the newest frame of every row, plus the whole stack of every row that is *not*
   the previous row's stack shifted by one (each worker's first row, episode starts, and any row of
@@ -10,14 +9,10 @@ episode, row ``t``'s stack is row ``t - 1``'s shifted by one frame plus one new 
 - ``/next_observations``: nothing where it equals the next row's observation, the whole stack
   elsewhere (the final observation where an episode ended, and the final prestep's placeholder).
 
-Which rows are shifted is checked on the bytes when the chunk is stored, so decoding is
-bit-identical for any input; a key whose encoding would not be smaller stays a plain array. This
-is the "store single frames and rebuild stacks on sample" of DQN replay buffers (Dopamine's
-``OutOfGraphReplayBuffer``), made lossless without trusting episode flags.
-
-Only ``uint8`` keys whose rows have at least three dimensions with a leading stack axis of two or
-more frames are encoded (Gymnasium's ``FrameStackObservation`` on ``(84, 84)`` frames gives
-``(4, 84, 84)``); a channel-last stack ``(84, 84, 4)`` is left as it is.
+Which rows are shifted is checked on the bytes, so decoding is exact for any input; a key whose
+encoding would not be smaller stays a plain array. Only ``uint8`` keys whose rows are
+``(S >= 2, H, W, ...)`` stacks on the leading axis are encoded (Gymnasium's
+``FrameStackObservation`` on ``(84, 84)`` frames gives ``(4, 84, 84)``).
 """
 
 from __future__ import annotations
@@ -26,19 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-
-__all__ = [
-    "NextFrames",
-    "StackedFrames",
-    "decode",
-    "decode_chunk",
-    "decode_rows",
-    "encode_chunk",
-    "encode_next",
-    "encode_stacks",
-    "nbytes",
-    "stackable",
-]
 
 
 @dataclass(frozen=True)
@@ -98,13 +80,8 @@ class NextFrames:
 Column = np.ndarray | StackedFrames | NextFrames
 
 
-def stackable(values: np.ndarray) -> bool:
-    """Whether ``(W, R, *row)`` values may be a frame stack: uint8, rows ``(S >= 2, H, W, ...)``."""
-    return values.dtype == np.uint8 and values.ndim >= 5 and values.shape[2] >= 2
-
-
 def encode_stacks(values: np.ndarray) -> StackedFrames:
-    """Encode ``(W, R, S, *frame) uint8`` stacks (see :func:`stackable`); lossless for any values."""
+    """Encode ``(W, R, S, *frame) uint8`` stacks; lossless for any values."""
     W, R = values.shape[:2]
     starts = np.ones((W, R), bool)
     for t in range(1, R):  # row by row: a (W, S - 1, *frame) comparison, no chunk-sized temporary
@@ -148,29 +125,23 @@ def encode_next(values: np.ndarray, observations: np.ndarray, source: str) -> Ne
     return NextFrames(source, kept, values[kept])
 
 
-def decode(column: Column, chunk: Mapping[str, Column] | None = None) -> np.ndarray:
-    """The plain ``(W, R, ...)`` array of ``column`` (a new array; plain arrays are returned as they are).
-
-    Args:
-        column: an encoded column or a plain array.
-        chunk: the encoded chunk, which a :class:`NextFrames` column reads its source from.
-    """
+def decode(column: Column, chunk: Mapping[str, Column]) -> np.ndarray:
+    """The plain ``(W, R, ...)`` array of ``column`` of ``chunk`` (a new array; plain arrays are
+    returned as they are); a :class:`NextFrames` column reads its source from ``chunk``."""
     if isinstance(column, StackedFrames):
         W, R = column.starts.shape
         index = _stack_index(column, np.arange(W * R))
         return _gather(column, index).reshape(column.shape)
     if isinstance(column, NextFrames):
-        if chunk is None:
-            raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
         out = np.empty(column.shape, column.dtype)
-        out[:, :-1] = decode(chunk[column.source])[:, 1:]
+        out[:, :-1] = decode(chunk[column.source], chunk)[:, 1:]
         out[column.kept] = column.rows
         return out
     return column
 
 
 def decode_rows(
-    column: Column, workers: np.ndarray, rows: np.ndarray, chunk: Mapping[str, Column] | None = None
+    column: Column, workers: np.ndarray, rows: np.ndarray, chunk: Mapping[str, Column]
 ) -> np.ndarray:
     """``(n, *row_shape)`` values of the (worker, row) pairs: a minibatch gathered without decoding all."""
     workers, rows = np.asarray(workers), np.asarray(rows)
@@ -178,12 +149,10 @@ def decode_rows(
         flat = workers * column.starts.shape[1] + rows
         return _gather(column, _stack_index(column, flat))
     if isinstance(column, NextFrames):
-        if chunk is None:
-            raise ValueError(f"decoding next observations needs the chunk holding {column.source!r}")
         kept = column.kept[workers, rows]
         out = np.empty((len(workers), *column.shape[2:]), column.dtype)
         follow = ~kept
-        out[follow] = decode_rows(chunk[column.source], workers[follow], rows[follow] + 1)
+        out[follow] = decode_rows(chunk[column.source], workers[follow], rows[follow] + 1, chunk)
         place = np.cumsum(column.kept.ravel()) - 1
         out[kept] = column.rows[place[workers[kept] * column.kept.shape[1] + rows[kept]]]
         return out
@@ -195,7 +164,8 @@ def encode_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, Column]:
     ``/observations...`` twin is present; keys whose encoding is not smaller stay plain."""
     out: dict[str, Column] = dict(chunk)
     for key, values in chunk.items():
-        if key.startswith("/next_observations") or not stackable(values) or values.shape[1] < 2:
+        stackable = values.dtype == np.uint8 and values.ndim >= 5 and values.shape[2] >= 2
+        if key.startswith("/next_observations") or not stackable or values.shape[1] < 2:
             continue
         stacks = encode_stacks(values)
         if stacks.nbytes < values.nbytes:
@@ -212,7 +182,7 @@ def encode_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, Column]:
 
 def decode_chunk(encoded: Mapping[str, Column]) -> dict[str, np.ndarray]:
     """The plain chunk of :func:`encode_chunk`'s output."""
-    out = {key: decode(column) for key, column in encoded.items() if not isinstance(column, NextFrames)}
+    out = {key: decode(c, encoded) for key, c in encoded.items() if not isinstance(c, NextFrames)}
     for key, column in encoded.items():
         if isinstance(column, NextFrames):
             out[key] = decode(column, out)

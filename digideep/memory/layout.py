@@ -15,16 +15,6 @@ import zarr
 
 from digideep.utility.placeholders import placeholder_array
 
-__all__ = [
-    "DamagedMemoryError",
-    "KeySpec",
-    "check_key",
-    "compressors",
-    "fill_value",
-    "is_image",
-    "validate_chunk",
-]
-
 # numpy kinds a memory stores: bool, signed and unsigned ints, floats, complex.
 _KINDS = "biufc"
 
@@ -56,24 +46,6 @@ class KeySpec:
 def fill_value(dtype: np.dtype) -> np.generic:
     """The nonify placeholder of ``dtype``: NaN for floats, ``iinfo.min`` for ints, False for bools."""
     return placeholder_array((), dtype)[()]
-
-
-def check_key(key: object) -> str:
-    """Return ``key`` if it is a flat unix-style path such as ``/agents/agent/actions``.
-
-    Raises:
-        TypeError: if ``key`` is not a string.
-        ValueError: if it does not start with ``/`` or has an empty, ``.`` or ``..`` component.
-    """
-    if not isinstance(key, str):
-        raise TypeError(f"chunk keys must be strings like '/observations', got {key!r}")
-    parts = key.split("/")
-    if not key.startswith("/") or any(p in ("", ".", "..") for p in parts[1:]):
-        raise ValueError(
-            f"chunk key {key!r} is not a flat unix-style path like '/agents/agent/actions'; "
-            "flatten nested dicts with digideep.environment.data_helpers.flatten_dict"
-        )
-    return key
 
 
 def validate_chunk(
@@ -108,8 +80,15 @@ def validate_chunk(
     new_specs: dict[str, KeySpec] = {}
     for key, value in chunk.items():
         spec = specs.get(key)
-        if spec is None:
-            check_key(key)
+        if spec is None and not isinstance(key, str):
+            raise TypeError(f"chunk keys must be strings like '/observations', got {key!r}")
+        if spec is None and (
+            not key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")[1:])
+        ):
+            raise ValueError(
+                f"chunk key {key!r} is not a flat unix-style path like '/agents/agent/actions'; "
+                "flatten nested dicts with digideep.environment.data_helpers.flatten_dict"
+            )
         if not isinstance(value, np.ndarray):
             raise TypeError(
                 f"{name}: chunk key '{key}' is a {type(value).__name__}, expected a numpy array "
@@ -161,18 +140,12 @@ def validate_chunk(
     return rows, new_specs
 
 
-def is_image(spec: KeySpec) -> bool:
-    """Whether rows of ``spec`` are uint8 images or frame stacks (two dimensions or more)."""
-    return spec.dtype == np.uint8 and len(spec.shape) >= 2
-
-
 def compressors(compression: str | None, spec: KeySpec | None = None) -> tuple:
     """The bytes-to-bytes codecs of a key of ``spec``: its compression, then a crc32c checksum.
 
     ``None``/``"none"``; ``"zstd"`` (level 1) or ``"lz4"`` (blosc, level 1) for every key;
-    ``"images"``: zstd level 1 for uint8 image keys (:func:`is_image`; Atari's stacked frames repeat
-    each frame four times in a row and compress about 7x), none for the rest (vectors barely
-    compress). Without ``spec`` it only checks the name (``"images"`` then gives no compression).
+    ``"images"``: zstd level 1 for uint8 keys whose rows have two dimensions or more (images or frame
+    stacks), none for the rest. Without ``spec`` it only checks the name (``"images"``: no compression).
 
     The checksum comes last, so it covers the bytes as stored: zarr checks it whenever it reads the
     chunk, and a chunk damaged on disk (a flipped bit, a file overwritten) fails its read instead of
@@ -189,7 +162,8 @@ def _compression(compression: str | None, spec: KeySpec | None = None) -> tuple:
     if compression == "lz4":
         return (zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),)
     if compression == "images":
-        return (zarr.codecs.ZstdCodec(level=1),) if spec is not None and is_image(spec) else ()
+        image = spec is not None and spec.dtype == np.uint8 and len(spec.shape) >= 2
+        return (zarr.codecs.ZstdCodec(level=1),) if image else ()
     raise ValueError(f"compression must be None, 'none', 'zstd', 'lz4' or 'images', got {compression!r}")
 
 

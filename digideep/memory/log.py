@@ -22,7 +22,7 @@ import queue
 import re
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -32,6 +32,7 @@ import google_crc32c
 import numpy as np
 import zarr
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer.cpu import NDBuffer
 from zarr.core.sync import sync
 
 import digideep
@@ -40,8 +41,6 @@ from digideep.memory.ring import FIELDS, RingState, ring_slices
 from digideep.storage.location import Location
 from digideep.storage.objects import delete_objects, list_objects
 from digideep.utility.placeholders import placeholder_array
-
-__all__ = ["DISK_CHUNK_BYTES", "RAM_CHUNK_BYTES", "LogWriter", "Readback", "ZarrLog"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +55,6 @@ ZARR_MIN = (3, 1, 3)  # the first zarr release whose LocalStore writes files ato
 ARRAY_CONFIG = {"write_empty_chunks": True}  # a chunk of placeholders is a file too: missing is damage
 _THREADS = 8  # keys read or written at once
 _BAD_BYTES = (ValueError, RuntimeError, EOFError)  # the codecs' errors for bad bytes
-
-try:  # read straight into the ring, without a temporary copy (zarr 3 API)
-    from zarr.core.buffer.cpu import NDBuffer as _NDBuffer
-except ImportError:  # pragma: no cover - other zarr 3 releases
-    _NDBuffer = None
 
 
 def check_zarr_version(version: str | None = None) -> None:
@@ -164,11 +158,10 @@ class ZarrLog:
         num_workers: ``W``.
         capacity: ``C``, rows per worker of the memory's ring.
         name: the memory's, shown in messages.
-        chunk_rows: rows per chunk; ``None`` sizes each key's chunks to about ``chunk_bytes``, at most
-            ``ceil(C / 16)`` rows.
-        chunk_bytes: target chunk size.
-        chunk_workers: workers per chunk (``1`` or ``num_workers``).
+        chunk_rows: rows per chunk; ``None`` sizes each key's chunks to about :data:`RAM_CHUNK_BYTES`
+            (or :data:`DISK_CHUNK_BYTES` per worker), at most ``ceil(C / 16)`` rows.
         compression: ``None``, ``"zstd"``, ``"lz4"`` or ``"images"`` (:func:`~digideep.memory.layout.compressors`).
+        per_worker: chunks of one worker (a memory that samples the log), not of all workers.
 
     Raises:
         RuntimeError: if the installed zarr is older than :data:`ZARR_MIN`.
@@ -181,15 +174,16 @@ class ZarrLog:
         capacity: int,
         name: str,
         chunk_rows: int | None = None,
-        chunk_bytes: int = RAM_CHUNK_BYTES,
-        chunk_workers: int = 1,
         compression: str | None = None,
+        per_worker: bool = False,
     ) -> None:
         check_zarr_version()
         compressors(compression)  # refuses an unknown name now
         self.location, self.name = location, name
         self.num_workers, self.capacity = num_workers, capacity
-        self.chunk_rows, self.chunk_bytes, self.chunk_workers = chunk_rows, chunk_bytes, chunk_workers
+        self.chunk_rows = chunk_rows
+        self.chunk_bytes = DISK_CHUNK_BYTES if per_worker else RAM_CHUNK_BYTES
+        self.chunk_workers = 1 if per_worker else num_workers
         self.compression = compression
         self.root: zarr.Group | None = None
         self.arrays: dict[str, zarr.Array] = {}
@@ -306,27 +300,32 @@ class ZarrLog:
         return record if isinstance(record, dict) else None
 
     # -- writing -------------------------------------------------------------------------------
-    def add_key(self, key: str, spec: KeySpec, rows: int, since: int) -> None:
-        """Create (or recreate, dropping what an abandoned run left) the array of ``key``, whose first
-        row is global row ``since``, in chunks of ``rows`` rows."""
+    def append(
+        self,
+        new: Mapping[str, tuple[KeySpec, int]],
+        since: int,
+        writes: Sequence[tuple[str, int, int, np.ndarray]],
+    ) -> None:
+        """Create the group if needed and the array of each ``new`` key (``(spec, chunk rows)``), whose
+        first row is global row ``since`` (recreated, dropping what an abandoned run left); then write
+        ``writes``, ``(key, start, stop, values)``: global rows ``start:stop`` of every worker, the
+        keys concurrently."""
+        self.ensure_open()
         assert self.root is not None
-        if key.split("/")[1] == PRESTEP:
-            raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the log; rename it")
-        self.arrays[key] = self.root.create_array(
-            key[1:],
-            shape=(self.num_workers, LOG_ROWS, *spec.shape),
-            chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
-            dtype=spec.dtype,
-            fill_value=fill_value(spec.dtype),
-            compressors=compressors(self.compression, spec),
-            overwrite=True,
-            config=ARRAY_CONFIG,
-        )
-        self.since[key] = since
-
-    def write_many(self, writes: list[tuple[str, int, int, np.ndarray | np.generic]]) -> None:
-        """Write ``(key, start, stop, values)``: global rows ``start:stop`` of every worker, the keys
-        concurrently."""
+        for key, (spec, rows) in new.items():
+            if key.split("/")[1] == PRESTEP:
+                raise ValueError(f"memory '{self.name}': key {key!r} is reserved for the log; rename it")
+            self.arrays[key] = self.root.create_array(
+                key[1:],
+                shape=(self.num_workers, LOG_ROWS, *spec.shape),
+                chunks=(self.chunk_workers, rows, *(max(1, d) for d in spec.shape)),
+                dtype=spec.dtype,
+                fill_value=fill_value(spec.dtype),
+                compressors=compressors(self.compression, spec),
+                overwrite=True,
+                config=ARRAY_CONFIG,
+            )
+            self.since[key] = since
         _concurrently([partial(self._write, *write) for write in writes])
 
     def _write(self, key: str, start: int, stop: int, values: np.ndarray | np.generic) -> None:
@@ -339,8 +338,9 @@ class ZarrLog:
         prestep: Mapping[str, np.ndarray],
         writes: Sequence[tuple[str, int, int, np.ndarray]] = (),
     ) -> None:
-        """Write ``writes`` (as :meth:`write_many`) and the final prestep rows of ``state``, all at
-        once, then commit ``state``; nothing when it is committed already."""
+        """Write ``writes`` (as :meth:`append`) and the final prestep rows of ``state``, all at once,
+        then commit ``state``; nothing when it is committed already."""
+        self.ensure_open()
         record = self.record
         if (
             not writes
@@ -420,15 +420,20 @@ class ZarrLog:
         state = record.state.restored(target, self.capacity, record.first)
         specs = {key: spec for key, spec in record.specs.items() if self.since[key] < target.total}
         arrays = None if allocate is None else allocate(specs)
-        reads = []  # (array, key, out, start, stop): global rows start:stop into out
-        prestep, seeds, missing = {}, {}, {}
+        reads = []  # (array, key, out, start, stop): global rows start:stop into out (see _read)
+        prestep, seeds = {}, {}
         copies = []  # (key, seed rows, start, stop): the next append's chunk, from the ring once read
         for key, spec in specs.items():
             array, rows = self.arrays[key], record.rows[key]
             start, stop = max(state.first, self.since[key]), state.total
             seed = stop // rows * rows
             low = max(min(start, seed), record.first, self.since[key])  # rows the log must hold
-            missing[key] = _missing(self.root, array, list(range(low // rows, (stop - 1) // rows + 1)))
+            missing = _missing(self.root, array, range(low // rows, (stop - 1) // rows + 1))
+            if missing:
+                raise DamagedMemoryError(
+                    f"{self.what} is damaged: {len(missing)} chunk file(s) of key '{key}' are missing "
+                    f"({_shown(missing)}), though the commit record says their rows were written (a file deleted)"
+                )
             if arrays is not None:
                 for a, b, offset in ring_slices(start % self.capacity, stop - start, self.capacity):
                     reads.append((array, key, arrays[key][:, a:b], start + offset, start + offset + b - a))
@@ -450,13 +455,7 @@ class ZarrLog:
             else:
                 pieces = range(start // rows * rows, stop, rows)
                 reads += [(array, key, None, max(a, start), min(stop, a + rows)) for a in pieces]
-        for key, found in missing.items():
-            if found:
-                raise DamagedMemoryError(
-                    f"{self.what} is damaged: {len(found)} chunk file(s) of key '{key}' are missing "
-                    f"({_shown(found)}), though the commit record says their rows were written (a file deleted)"
-                )
-        self._read(reads)
+        _concurrently([partial(self._read, *read) for read in reads])
         for key, out, start, stop in copies:
             for a, b, offset in ring_slices(start % self.capacity, stop - start, self.capacity):
                 out[:, offset : offset + b - a] = arrays[key][:, a:b]  # type: ignore[index]
@@ -467,24 +466,27 @@ class ZarrLog:
                 arrays[key][:, state.pos] = row
         return Readback(target, state, specs, arrays, prestep, seeds)
 
-    def _read(self, reads: list[tuple[zarr.Array, str, np.ndarray | None, int, int]]) -> None:
-        """Read every ``(array, key, out, start, stop)`` concurrently (``out`` ``None``: check only).
+    def _read(self, array: zarr.Array, key: str, out: np.ndarray | None, start: int, stop: int) -> None:
+        """Rows ``start:stop`` of every worker of ``array`` into ``out``, ``(W, stop - start, ...)``
+        (``None``: read to check only).
 
         Raises:
             DamagedMemoryError: naming the chunks that fail their checksum or do not decode.
         """
-        with ThreadPoolExecutor(max(1, min(len(reads), _THREADS))) as pool:
-            futures = [(read, pool.submit(_read_into, read[0], read[2], read[3], read[4])) for read in reads]
-        for (array, key, _, start, stop), future in futures:
-            error = future.exception()
-            if error is not None:
-                damaged = _damaged_chunks(array, start, stop)
-                if not damaged:
-                    raise error
-                raise DamagedMemoryError(
-                    f"{self.what} is damaged: {len(damaged)} chunk(s) of key '{key}' fail their checksum "
-                    f"({_shown(damaged)})"
-                ) from None
+        selection = (slice(None), slice(start, stop))
+        try:
+            if out is None:
+                array[selection]
+            else:  # straight into the ring, without a temporary copy
+                array.get_basic_selection(selection, out=NDBuffer.from_numpy_array(out))
+        except Exception:
+            damaged = _damaged_chunks(array, start, stop)
+            if not damaged:
+                raise
+            raise DamagedMemoryError(
+                f"{self.what} is damaged: {len(damaged)} chunk(s) of key '{key}' fail their checksum "
+                f"({_shown(damaged)})"
+            ) from None
 
     def _read_prestep(self, total: int, crc: int, specs: Mapping[str, KeySpec]) -> dict[str, np.ndarray]:
         """The final prestep rows of the state committed at ``total``, ``(W, *row_shape)`` per key.
@@ -493,7 +495,9 @@ class ZarrLog:
             DamagedMemoryError: the object is missing or fails its checksum.
         """
         key = f"{PRESTEP}/{total}"
-        data = _get(self.root, key)
+        assert self.root is not None
+        buffer = sync(self.root.store.get(key, prototype=default_buffer_prototype()))
+        data = None if buffer is None else buffer.to_bytes()
         if data is None or google_crc32c.value(data) != crc:
             problem = "is missing" if data is None else "fails its checksum"
             raise DamagedMemoryError(f"{self.what} is damaged: the final prestep rows ({key}) {problem}")
@@ -543,17 +547,6 @@ class ZarrLog:
         return self.arrays[key][:, start:stop]
 
 
-def _read_into(array: zarr.Array, out: np.ndarray | None, start: int, stop: int) -> None:
-    """Rows ``start:stop`` of every worker of ``array`` into ``out`` (``(W, stop - start, ...)``)."""
-    selection = (slice(None), slice(start, stop))
-    if out is None:
-        array[selection]
-    elif _NDBuffer is not None:
-        array.get_basic_selection(selection, out=_NDBuffer.from_numpy_array(out))
-    else:  # pragma: no cover
-        out[...] = array[selection]
-
-
 def _shown(keys: list[str]) -> str:
     """The first three store keys, and how many more."""
     return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
@@ -575,28 +568,22 @@ def _put(root: zarr.Group | None, key: str, data: bytes) -> None:
     sync(root.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
 
 
-def _get(root: zarr.Group | None, key: str) -> bytes | None:
-    """The object ``key`` of the group's store, or None when it is missing."""
-    assert root is not None
-    buffer = sync(root.store.get(key, prototype=default_buffer_prototype()))
-    return None if buffer is None else buffer.to_bytes()
-
-
-def _chunk_keys(array: zarr.Array, row_chunks: range | list[int]) -> list[str]:
-    """Store keys (below the group) of every chunk of ``array`` in the row chunks ``row_chunks``."""
+def _blocks(array: zarr.Array, row_chunks: Iterable[int]) -> list[tuple[int, ...]]:
+    """Block coordinates of every chunk of ``array`` in the row chunks ``row_chunks``."""
     grid = [range(-(-n // c)) for n, c in zip(array.shape, array.chunks, strict=True)]
-    encode = array.metadata.encode_chunk_key
     return [
-        f"{array.path}/{encode((w, index, *rest))}"
-        for index in row_chunks
-        for w in grid[0]
-        for rest in itertools.product(*grid[2:])
+        (w, index, *rest) for index in row_chunks for w in grid[0] for rest in itertools.product(*grid[2:])
     ]
 
 
-def _missing(root: zarr.Group | None, array: zarr.Array, row_chunks: list[int]) -> list[str]:
+def _chunk_keys(array: zarr.Array, row_chunks: Iterable[int]) -> list[str]:
+    """Store keys (below the group) of every chunk of ``array`` in the row chunks ``row_chunks``."""
+    return [f"{array.path}/{array.metadata.encode_chunk_key(block)}" for block in _blocks(array, row_chunks)]
+
+
+def _missing(root: zarr.Group, array: zarr.Array, row_chunks: range) -> list[str]:
     """Store keys of the chunk files of ``array`` in ``row_chunks`` that are missing (one listing)."""
-    if not row_chunks or root is None:
+    if not row_chunks:
         return []
     present = list_objects(root.store, array.path)
     return [key for key in _chunk_keys(array, row_chunks) if key not in present]
@@ -605,15 +592,13 @@ def _missing(root: zarr.Group | None, array: zarr.Array, row_chunks: list[int]) 
 def _damaged_chunks(array: zarr.Array, start: int, stop: int) -> list[str]:
     """Store keys of the chunks of ``array`` holding rows ``start:stop`` that fail to decode, each read alone."""
     rows = array.chunks[1]
-    grid = [range(-(-n // c)) for n, c in zip(array.shape, array.chunks, strict=True)]
     found = []
-    for index in range(start // rows, (stop - 1) // rows + 1):
-        for w, *rest in itertools.product(grid[0], *grid[2:]):
-            try:
-                array.get_block_selection((w, index, *rest))
-            except _BAD_BYTES as error:
-                logger.debug("chunk %s of %s does not decode: %r", index, array.path, error)
-                found.append(f"{array.path}/{array.metadata.encode_chunk_key((w, index, *rest))}")
+    for block in _blocks(array, range(start // rows, (stop - 1) // rows + 1)):
+        try:
+            array.get_block_selection(block)
+        except _BAD_BYTES as error:
+            logger.debug("chunk %s of %s does not decode: %r", block, array.path, error)
+            found.append(f"{array.path}/{array.metadata.encode_chunk_key(block)}")
     return found
 
 
@@ -621,104 +606,47 @@ def _damaged_chunks(array: zarr.Array, start: int, stop: int) -> list[str]:
 _STOP = object()
 
 
-class BackgroundWriter:
-    """A thread that runs a memory's durable writes in order, at most ``max_pending`` waiting; a job's
-    error is raised by the next call (the original once, then a ``RuntimeError`` naming it), and
-    later jobs are skipped. The thread ends with its owner or :meth:`close`.
-
-    Args:
-        owner: the object whose life the thread follows.
-        what: names the memory and its place in messages.
-        max_pending: jobs that may wait; :meth:`submit` blocks beyond.
-    """
-
-    def __init__(self, owner: object, what: str, max_pending: int) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
-        self.what = what
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
-        self._state: dict = {"error": None}  # shared with the thread (not self: it must not keep self alive)
-        self._reported = False
-        self._thread: threading.Thread | None = None
-        weakref.finalize(owner, self._queue.put, _STOP)
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` (blocks while ``max_pending`` jobs wait)."""
-        self.check()
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=_work, args=(self._queue, self._state), name=f"write-behind {self.what}", daemon=True
-            )
-            self._thread.start()
-        self._queue.put(job)
-
-    def wait(self) -> None:
-        """Wait until every queued job ran; raise the error of one that failed."""
-        if self._thread is not None:
-            self._queue.join()
-        self.check()
-
-    def check(self) -> None:
-        """Raise the error of a failed job: the original once, then a ``RuntimeError`` naming it."""
-        error = self._state["error"]
-        if error is None:
-            return
-        if not self._reported:
-            self._reported = True
-            error.add_note(f"raised by the background writer of {self.what}")
-            raise error
-        raise RuntimeError(
-            f"{self.what}: an earlier background write failed ({error!r}); the durable copy is "
-            "behind the RAM ring, resume the run from its last checkpoint"
-        ) from error
-
-    def close(self) -> None:
-        """Wait for the queued jobs, then end the thread."""
-        if self._thread is not None:
-            self._queue.join()
-            self._queue.put(_STOP)
-            self._thread.join()
-            self._thread = None
-
-
-def _work(jobs: queue.Queue, state: dict) -> None:
-    while True:
-        job = jobs.get()
-        try:
-            if job is _STOP:
-                return
-            if state["error"] is None:
-                job()
-        except BaseException as error:  # surfaced on the training thread by check()
-            logger.debug("background write failed: %r", error)
-            state["error"] = error
-        finally:
-            jobs.task_done()
-
-
 class LogWriter:
     """Appends a memory's rows to its log behind the training thread: :meth:`append` copies rows into
-    each key's open chunk and hands a full one to the thread; :meth:`flush` writes the open ones.
+    each key's open chunk and hands a full one to a background thread; :meth:`flush` writes the open
+    ones. The thread runs the writes in order; a write's error is raised by the next call (the
+    original once, then a ``RuntimeError`` naming it) and later writes are skipped. The thread ends
+    with the writer or :meth:`close`.
 
     Args:
         log: the log written to.
         write_behind: write on a background thread (default); ``False`` writes in the caller's
             thread (the same writes in the same order, for debugging and fault injection).
-        max_pending: jobs that may wait for the thread.
+        max_pending: writes that may wait for the thread; :meth:`append` blocks beyond.
     """
 
     def __init__(self, log: ZarrLog, write_behind: bool = True, max_pending: int = 16) -> None:
-        self.log = log
-        self.background = BackgroundWriter(self, log.what, max_pending) if write_behind else None
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        self.log, self.write_behind = log, write_behind
         self.guard: Callable[[], None] | None = None  # run before every write (see Memory.guard_writes)
         self.open: dict[str, tuple[int, np.ndarray]] = {}  # key -> (first row, (W, rows, ...) buffer)
         self.dirty: set[str] = set()  # keys whose open chunk has rows its file lacks
         self.rows: dict[str, int] = {}  # chunk rows of each key
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._state: dict = {"error": None}  # shared with the thread (not self: it must not keep self alive)
+        self._reported = False
+        self._thread: threading.Thread | None = None
+        weakref.finalize(self, self._queue.put, _STOP)
 
     def check(self) -> None:
         """Raise a background write's error (before the caller changes anything)."""
-        if self.background is not None:
-            self.background.check()
+        error = self._state["error"]
+        if error is None:
+            return
+        if not self._reported:
+            self._reported = True
+            error.add_note(f"raised by the background writer of {self.log.what}")
+            raise error
+        raise RuntimeError(
+            f"{self.log.what}: an earlier background write failed ({error!r}); the durable copy is "
+            "behind the RAM ring, resume the run from its last checkpoint"
+        ) from error
 
     def append(
         self,
@@ -751,13 +679,7 @@ class LogWriter:
                 row = end
         if full or new_specs:
             new = {key: (spec, self.rows[key]) for key, spec in new_specs.items()}
-            self._run(partial(self._append, new, start, full))
-
-    def _append(self, new: dict[str, tuple[KeySpec, int]], since: int, full: list) -> None:
-        self.log.ensure_open()
-        for key, (spec, rows) in new.items():
-            self.log.add_key(key, spec, rows, since)
-        self.log.write_many(full)
+            self._run(partial(self.log.append, new, start, full))
 
     def flush(
         self, state: RingState, specs: Mapping[str, KeySpec], prestep: Mapping[str, np.ndarray]
@@ -770,12 +692,8 @@ class LogWriter:
             if key in self.dirty
         ]
         self.dirty = set()
-        self._run(partial(self._commit, opened, state, dict(specs), dict(prestep)))
+        self._run(partial(self.log.commit, state, dict(specs), dict(prestep), opened))
         self.wait()
-
-    def _commit(self, opened: list, state: RingState, specs: dict, prestep: dict) -> None:
-        self.log.ensure_open()
-        self.log.commit(state, specs, prestep, opened)
 
     def checkpoint(self, state: RingState, keep: int) -> None:
         """:meth:`ZarrLog.checkpoint`, now; the chunks it lets go are deleted in the background."""
@@ -790,21 +708,49 @@ class LogWriter:
     def _run(self, job: Callable[[], None]) -> None:
         if self.guard is not None:
             job = partial(_guarded, self.guard, job)
-        if self.background is None:
+        if not self.write_behind:
             job()
-        else:
-            self.background.submit(job)
+            return
+        self.check()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_work,
+                args=(self._queue, self._state),
+                name=f"write-behind {self.log.what}",
+                daemon=True,
+            )
+            self._thread.start()
+        self._queue.put(job)
 
     def wait(self) -> None:
-        """Wait for the writes in flight (nothing is committed)."""
-        if self.background is not None:
-            self.background.wait()
+        """Wait for the writes in flight (nothing is committed); raise the error of one that failed."""
+        if self._thread is not None:
+            self._queue.join()
+        self.check()
 
     def close(self) -> None:
         """Wait for the writes in flight and end the background thread."""
-        if self.background is not None:
-            self.background.close()
-            self.background.check()
+        if self._thread is not None:
+            self._queue.join()
+            self._queue.put(_STOP)
+            self._thread.join()
+            self._thread = None
+        self.check()
+
+
+def _work(jobs: queue.Queue, state: dict) -> None:
+    while True:
+        job = jobs.get()
+        try:
+            if job is _STOP:
+                return
+            if state["error"] is None:
+                job()
+        except BaseException as error:  # surfaced on the training thread by check()
+            logger.debug("background write failed: %r", error)
+            state["error"] = error
+        finally:
+            jobs.task_done()
 
 
 def _guarded(guard: Callable[[], None], job: Callable[[], None]) -> None:

@@ -10,13 +10,10 @@ import numpy as np
 import torch
 
 from digideep.memory.layout import KeySpec, fill_value, validate_chunk
-from digideep.memory.log import DISK_CHUNK_BYTES, RAM_CHUNK_BYTES, LogWriter, Readback, ZarrLog
-from digideep.memory.mirror import DeviceMirror
-from digideep.memory.ring import Ring, RingState, parse_state, ring_slices
+from digideep.memory.log import LogWriter, Readback, ZarrLog
+from digideep.memory.ring import DeviceMirror, Ring, RingState, parse_state, ring_slices
 from digideep.storage.location import Location
 from digideep.utility.placeholders import placeholder_array
-
-__all__ = ["Memory", "TrajectoryMemory"]
 
 
 @runtime_checkable
@@ -24,9 +21,7 @@ class TrajectoryMemory(Protocol):
     """What the Runner needs of a memory of trajectory chunks."""
 
     name: str
-
-    @property
-    def num_workers(self) -> int: ...
+    num_workers: int
 
     def store(self, chunk: Mapping[str, np.ndarray]) -> None: ...
     def guard_writes(self, guard: Callable[[], None]) -> None: ...
@@ -82,25 +77,18 @@ class Memory:
         self.location = None if path is None else Location(path)
         self.name = name or (self.location.stem if self.location is not None else "memory")
         self.mode = mode
-        self._num_workers, self._capacity = int(num_workers), int(capacity)
+        self.num_workers, self.capacity = int(num_workers), int(capacity)  # W and C
         self.state = RingState()
         self.specs: dict[str, KeySpec] = {}  # keys stored so far, in the order they came
-        self.ring = Ring(self._num_workers, self._capacity) if mode == "ram" else None
+        self.ring = Ring(self.num_workers, self.capacity) if mode == "ram" else None
         self.log: ZarrLog | None = None
         self.writer: LogWriter | None = None
         if self.location is not None:
-            ram = mode == "ram"
+            disk = mode == "disk"
             self.log = ZarrLog(
-                self.location,
-                self._num_workers,
-                self._capacity,
-                self.name,
-                zarr_chunk_rows,
-                RAM_CHUNK_BYTES if ram else DISK_CHUNK_BYTES,
-                self._num_workers if ram else 1,
-                compression,
+                self.location, self.num_workers, self.capacity, self.name, zarr_chunk_rows, compression, disk
             )
-            self.writer = LogWriter(self.log, write_behind, max_pending) if ram else None
+            self.writer = None if disk else LogWriter(self.log, write_behind, max_pending)
         self._prestep: dict[str, np.ndarray] = {}  # mode "disk": the final prestep row of every key
         self.mirrors: dict[tuple[torch.device, bool | None], DeviceMirror] = {}
 
@@ -110,15 +98,6 @@ class Memory:
         return cls(location, num_workers=num_workers, name=name, **args)
 
     # -- reading -------------------------------------------------------------------------------
-    @property
-    def num_workers(self) -> int:
-        return self._num_workers
-
-    @property
-    def capacity(self) -> int:
-        """Rows per worker."""
-        return self._capacity
-
     @property
     def size(self) -> int:
         """Valid transition rows per worker (the latest row, a final prestep, is not one)."""
@@ -143,15 +122,14 @@ class Memory:
         """Flat keys stored so far, in the order they first appeared."""
         return list(self.specs)
 
-    def spec(self, key: str) -> KeySpec:
-        """dtype and per-row shape of ``key``."""
-        return self.specs[self._known(key)]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.specs
-
     def __iter__(self) -> Iterator[str]:
         return iter(list(self.specs))
+
+    def __repr__(self) -> str:
+        return (
+            f"Memory({self.name!r}, mode={self.mode!r}, num_workers={self.num_workers}, "
+            f"capacity={self.capacity}, size={self.size}, pos={self.pos}, keys={len(self.specs)})"
+        )
 
     def __getitem__(self, key: str) -> np.ndarray:
         """The ``(W, C, ...)`` ring of ``key`` (in "disk" mode a copy read from the log)."""
@@ -165,12 +143,6 @@ class Memory:
         if key in self._prestep:
             ring[:, self.pos] = self._prestep[key]
         return ring
-
-    def __repr__(self) -> str:
-        return (
-            f"Memory({self.name!r}, mode={self.mode!r}, num_workers={self.num_workers}, "
-            f"capacity={self.capacity}, size={self.size}, pos={self.pos}, keys={len(self.specs)})"
-        )
 
     def physical_rows(self, logical: np.ndarray) -> np.ndarray:
         """Physical rows of valid rows ``logical`` (int array, ``0`` = oldest .. ``size - 1`` = newest)."""
@@ -209,7 +181,7 @@ class Memory:
     def mirror(
         self, device: torch.device | str, keys: Sequence[str], copy: bool | None = None
     ) -> DeviceMirror:
-        """The rings of ``keys`` on ``device`` (:class:`~digideep.memory.mirror.DeviceMirror`), kept equal
+        """The rings of ``keys`` on ``device`` (:class:`~digideep.memory.ring.DeviceMirror`), kept equal
         to the RAM ring by every later :meth:`store`; the same object on later calls.
 
         Raises:
@@ -264,10 +236,6 @@ class Memory:
 
     def _append(self, chunk: Mapping[str, np.ndarray], start: int, steps: int, new_specs: dict) -> None:
         """Mode "disk": the chunk's rows straight to the log; its final prestep kept in RAM."""
-        log = self._log
-        log.ensure_open()
-        for key, spec in new_specs.items():
-            log.add_key(key, spec, log.planned_rows(spec), start)
         writes = []
         for key, spec in self.specs.items():
             value = chunk.get(key)
@@ -276,7 +244,8 @@ class Memory:
             )
             row = placeholder_array((self.num_workers, *spec.shape), spec.dtype)
             self._prestep[key] = row if value is None else value[:, steps].copy()
-        log.write_many(writes)
+        new = {key: (spec, self._log.planned_rows(spec)) for key, spec in new_specs.items()}
+        self._log.append(new, start, writes)
 
     # -- persistence ---------------------------------------------------------------------------
     def guard_writes(self, guard: Callable[[], None]) -> None:
@@ -298,7 +267,6 @@ class Memory:
         if self.writer is not None:
             self.writer.flush(self.state, self.specs, prestep)
         else:
-            self.log.ensure_open()
             self.log.commit(self.state, self.specs, prestep)
 
     def wait(self) -> None:

@@ -13,8 +13,6 @@ from digideep.memory.layout import KeySpec, validate_chunk
 from digideep.memory.log import Readback
 from digideep.memory.ring import RingState
 
-__all__ = ["RolloutMemory"]
-
 
 class RolloutMemory:
     """Holds the latest ``keep`` chunks by reference (the Explorer returns fresh arrays each time; read
@@ -36,7 +34,7 @@ class RolloutMemory:
             raise ValueError(f"RolloutMemory keep must be >= 1, got {keep!r}")
         self.name = name
         self.frames = bool(frames)
-        self._num_workers = int(num_workers)
+        self.num_workers = int(num_workers)
         self._chunks: deque[dict[str, frames.Column]] = deque(maxlen=keep)
         self._specs: dict[str, KeySpec] = {}
         self._stored = 0
@@ -45,10 +43,6 @@ class RolloutMemory:
     def from_params(cls, *, location: str, num_workers: int, name: str, **args: Any) -> RolloutMemory:
         """Build from a params ``memory`` entry; ``location`` is ignored (nothing is persisted)."""
         return cls(num_workers=num_workers, name=name, **args)
-
-    @property
-    def num_workers(self) -> int:
-        return self._num_workers
 
     @property
     def size(self) -> int:
@@ -71,23 +65,22 @@ class RolloutMemory:
         """Keys of the latest chunk."""
         return list(self._chunks[-1]) if self._chunks else []
 
-    def __contains__(self, key: object) -> bool:
-        return bool(self._chunks) and key in self._chunks[-1]
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __getitem__(self, key: str) -> np.ndarray:
         """``(W, T + 1, ...)`` array of ``key`` in the latest chunk."""
-        chunk = self._last()
-        if key not in chunk:
-            raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
+        chunk = self._last(key)
         return frames.decode(chunk[key], chunk)
 
-    def _last(self) -> dict[str, frames.Column]:
+    def _last(self, key: str | None = None) -> dict[str, frames.Column]:
+        """The latest chunk, encoded; ``key`` must be one of its keys."""
         if not self._chunks:
             raise ValueError(f"rollout memory '{self.name}' holds no chunk yet; store one first")
-        return self._chunks[-1]
+        chunk = self._chunks[-1]
+        if key is not None and key not in chunk:
+            raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
+        return chunk
 
     def last_chunk(self) -> dict[str, np.ndarray]:
         """The latest chunk, ``(W, T + 1, ...)`` per key (a new dict; frame stacks rebuilt, other
@@ -99,9 +92,7 @@ class RolloutMemory:
 
         Frame stacks are rebuilt for those rows only (a minibatch costs its own size, not the chunk's).
         """
-        chunk = self._last()
-        if key not in chunk:
-            raise KeyError(f"rollout memory '{self.name}' has no key {key!r}; it holds {list(chunk)}")
+        chunk = self._last(key)
         return frames.decode_rows(chunk[key], workers, rows, chunk)
 
     def store(self, chunk: Mapping[str, np.ndarray]) -> None:
@@ -111,7 +102,7 @@ class RolloutMemory:
             TypeError, ValueError: if the chunk does not fit (worker count, rows, a dtype or row
                 shape that changed); nothing is changed then.
         """
-        _, new_specs = validate_chunk(chunk, self._num_workers, self._specs, None, self.name)
+        _, new_specs = validate_chunk(chunk, self.num_workers, self._specs, None, self.name)
         self._specs.update(new_specs)
         self._chunks.append(frames.encode_chunk(chunk) if self.frames else dict(chunk))
         self._stored += 1
@@ -121,9 +112,6 @@ class RolloutMemory:
 
     def flush(self) -> None:
         """Nothing to write: a rollout memory is not persisted."""
-
-    def load(self) -> None:
-        """Nothing to read: a rollout memory is not persisted (it starts empty after a resume)."""
 
     def checkpoint_committed(self, state: Mapping[str, int] | None = None, keep: int = 0) -> None:
         """Nothing to keep: a rollout memory is not persisted."""

@@ -1,37 +1,23 @@
 """Samplers composed of units (the original Digideep's "decompose a sampler into smaller units").
 
-A unit is a plain function ``unit(data, info) -> data``. The first unit of a sampler receives the
-memory; each later unit receives what the previous one returned, usually a flat
-``dict[str, np.ndarray]``. ``info`` is the sampler's dict of settings, shared by all units; every
-unit documents the entries it reads. A sampler adds ``info["rng"]``, a ``numpy.random.Generator``
-seeded from ``info.get("seed")``, unless ``info`` brings its own; its state is in the sampler's
-``state_dict`` so that a resumed run draws the same batches.
-
-Typed samplers build the usual compositions from keyword arguments: :class:`UniformTransitions`
-(off-policy) and :class:`LastChunk` (on-policy); both are :class:`Sampler` objects (units can be
-injected, ``state_dict`` holds the generator's state). :class:`DeviceUniformTransitions` is the
-off-policy draw on a torch device: indices drawn there by a ``torch.Generator`` (its state in the
-``state_dict`` too), rows gathered from the memory's device mirror; the units after it receive
-torch tensors on that device.
+A unit is a plain function ``unit(data, info) -> data``: the first unit of a :class:`Sampler`
+receives the memory, each later one what the previous returned (usually a flat
+``dict[str, np.ndarray]``). ``info`` is the sampler's dict of settings, shared by all units; every
+unit documents the entries it reads, and the sampler adds ``info["rng"]``, a
+``numpy.random.Generator`` seeded from ``info.get("seed")`` whose state is in its ``state_dict``.
 
 Example (off-policy, with a NaN check injected)::
 
-    sampler = Sampler(
-        [uniform_transitions, check_nan],
-        {"batch_size": 256, "num_batches": 1000, "keys": ["/observations", ...], "seed": 0},
-    )
-    batch = sampler(memory)  # {"/observations": (1000, 256, 17), ..., "/indices": (1000, 256, 2)}
-    # the same, typed:
     sampler = UniformTransitions(batch_size=256, num_batches=1000, keys=["/observations", ...], seed=0)
     sampler.insert(1, check_nan)
+    batch = sampler(memory)  # {"/observations": (1000, 256, 17), ..., "/indices": (1000, 256, 2)}
 
 Units: sources take a memory (:func:`get_last_chunk`, :func:`uniform_transitions`,
-:func:`device_uniform_transitions`); transforms take and return a flat dict of arrays, numpy or
-torch alike (:func:`select_keys`, :func:`drop_final_prestep`, :func:`flatten_first_two`;
+:func:`device_uniform_transitions`); transforms take and return a flat dict of numpy arrays or
+torch tensors (:func:`select_keys`, :func:`drop_final_prestep`, :func:`flatten_first_two`;
 :func:`minibatch_iterator` returns an iterator of minibatches: put it last). Debug units
 (:func:`inspect_shapes`, :func:`check_nan`, :func:`chunk_stats`) return their input unchanged and
-take a dict or an iterator of them (checked item by item); ``check_nan`` checks tensors where they
-are (one device sync per key), ``chunk_stats`` copies them to the host.
+take a dict or an iterator of them.
 """
 
 from __future__ import annotations
@@ -46,24 +32,6 @@ import torch
 
 from digideep.utility.monitoring import monitor
 
-__all__ = [
-    "DeviceUniformTransitions",
-    "LastChunk",
-    "Sampler",
-    "UniformTransitions",
-    "Unit",
-    "check_nan",
-    "chunk_stats",
-    "device_uniform_transitions",
-    "drop_final_prestep",
-    "flatten_first_two",
-    "get_last_chunk",
-    "inspect_shapes",
-    "minibatch_iterator",
-    "select_keys",
-    "uniform_transitions",
-]
-
 logger = logging.getLogger(__name__)
 
 Unit = Callable[[Any, dict[str, Any]], Any]
@@ -76,14 +44,12 @@ class Sampler:
     Args:
         units: the units, first to last.
         info: settings read by the units (copied; the sampler adds ``"rng"``).
-
     """
 
     def __init__(self, units: Sequence[Unit], info: Mapping[str, Any] | None = None) -> None:
-        self.units: list[Unit] = list(units)
-        for unit in self.units:
-            if not callable(unit):
-                raise TypeError(f"sampler units must be callables unit(data, info) -> data, got {unit!r}")
+        self.units: list[Unit] = []
+        for unit in units:
+            self.insert(len(self.units), unit)
         self.info: dict[str, Any] = dict(info or {})
         if self.info.get("rng") is None:
             self.info["rng"] = np.random.default_rng(self.info.get("seed"))
@@ -103,10 +69,6 @@ class Sampler:
         if not callable(unit):
             raise TypeError(f"sampler units must be callables unit(data, info) -> data, got {unit!r}")
         self.units.insert(index, unit)
-
-    def __repr__(self) -> str:
-        names = ", ".join(getattr(u, "__name__", repr(u)) for u in self.units)
-        return f"Sampler([{names}])"
 
     def state_dict(self) -> dict[str, Any]:
         """The random generator's state (numbers and strings; loads with ``weights_only=True``)."""
@@ -149,12 +111,9 @@ class DeviceUniformTransitions(Sampler):
     from the numpy generator, the same way on every resume.
 
     Args:
-        batch_size: transitions per batch.
-        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
-        keys: keys to read; ``None`` reads every key.
+        batch_size, num_batches, keys, units: as :class:`UniformTransitions`.
         seed: seed of both generators.
         device: where indices are drawn, rows gathered and batches returned.
-        units: units run after the draw (transforms, debug units), on torch tensors.
     """
 
     def __init__(
