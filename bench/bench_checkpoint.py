@@ -18,7 +18,7 @@ Then, in the same process:
   dirty), in a fresh session each round;
 * **checkpoint (b)**: the steady state, a ``Runner.checkpoint()`` right after each timed iteration
   (only that iteration's 1,001 rows dirty; retention deletes the oldest checkpoint once 3 exist);
-* **resume**: ``Session(resume=True)`` + ``Runner.from_checkpoint`` of the newest checkpoint, memory
+* **resume**: ``Session(resume=True)`` + ``resuming.from_checkpoint`` of the newest checkpoint, memory
   load included (the Zarr files are in the page cache: they were just written).
 
 Checkpoints are split into ``flush`` (Memory.flush of the dirty rows), ``collect`` (the runner's
@@ -87,10 +87,10 @@ if __package__ in (None, ""):  # run as a script: the repository (digideep, test
 
 from common import machine
 
-from digideep.pipeline import components, runner_state
+from digideep.pipeline import checkpointing, components, resuming
 from digideep.pipeline import runner as runner_module
 from digideep.pipeline.devices import set_torch_threads
-from digideep.pipeline.params import resolve_params
+from digideep.pipeline.params import resolve_params, write_params
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.storage.checkpoint import latest_checkpoint
@@ -140,11 +140,11 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
     with contextlib.ExitStack() as stack:
         for memory in runner.memories.values():
             stack.enter_context(patched(memory, "flush", parts, "flush"))
-        stack.enter_context(patched(runner, "state_dict", parts, "collect"))
+        stack.enter_context(patched(runner.state, "state_dict", parts, "collect"))
         stack.enter_context(patched(runner, "runner_info", parts, "collect"))
-        stack.enter_context(patched(runner_state, "write_checkpoint", parts, "write"))
+        stack.enter_context(patched(checkpointing, "write_checkpoint", parts, "write"))
         stack.enter_context(patched(runner.session, "upload", parts, "upload"))
-        stack.enter_context(patched(runner_state, "apply_retention", parts, "retention"))
+        stack.enter_context(patched(checkpointing, "apply_retention", parts, "retention"))
         start = time.perf_counter()
         runner.checkpoint()
         total = time.perf_counter() - start
@@ -155,13 +155,13 @@ def timed_resume(root: Path | str, name: str) -> tuple[float, dict[str, float], 
     """Reopen session ``name`` and rebuild its Runner from the newest checkpoint, timed."""
     parts = Parts()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(runner_state, "load_checkpoint", parts, "read"))
+        stack.enter_context(patched(resuming, "load_checkpoint", parts, "read"))
         stack.enter_context(patched(components, "build", parts, "build"))
         stack.enter_context(patched(components, "restore_memory", parts, "memory"))
         start = time.perf_counter()
         session = Session(root=root, name=name, resume=True)
-        newest = runner_module.resume_checkpoint(session)
-        runner = Runner.from_checkpoint(session, newest.path)
+        newest = resuming.resume_checkpoint(session)
+        runner = resuming.from_checkpoint(session, newest.path)
         total = time.perf_counter() - start
     return total, parts.seconds, runner, session
 
@@ -184,7 +184,7 @@ def new_runner(root: Path | str, name: str) -> tuple[Runner, Session]:
     params["tracking"] = {"enabled": False}
     session = Session(root=root, name=name, params_name=resolved.module)
     set_torch_threads(params["session"]["torch_threads"])
-    session.write_params(resolved.module, resolved.cpanel, params)
+    write_params(session, resolved.module, resolved.cpanel, params)
     return Runner(session, params), session
 
 

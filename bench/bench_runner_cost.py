@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from common import machine  # noqa: E402
 
-from digideep.pipeline.devices import set_torch_threads  # noqa: E402
+from digideep.pipeline.devices import DeviceChoice, set_torch_threads  # noqa: E402
 from digideep.pipeline.params import load_params_module  # noqa: E402
 from digideep.pipeline.runner import Runner  # noqa: E402
 from digideep.pipeline.session import Session  # noqa: E402
@@ -60,7 +60,7 @@ def build_runner(root: Path, env_id: str, seed: int) -> Runner:
     params["tracking"] = {"enabled": False}
     params["runner"]["stats_interval"] = 0
     set_torch_threads(params["session"]["torch_threads"])
-    return Runner(Session(root=root, name="bench", device="cpu"), params, modes=("train",))
+    return Runner(Session(root=root, name="bench"), params, devices=DeviceChoice("cpu"), modes=("train",))
 
 
 STAGES = ("explore", "store", "sample", "update")

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from common import machine
 
-from digideep.pipeline.devices import set_torch_threads
+from digideep.pipeline.devices import DeviceChoice, set_torch_threads
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from params import mujoco_sac
@@ -72,9 +72,9 @@ def digideep_run(args: argparse.Namespace, seed: int, root: Path) -> tuple[float
     params = mujoco_sac.gen_params(cpanel)
     params["tracking"] = {"enabled": False}
     params["runner"]["stats_interval"] = 0
-    session = Session(root=root, name=f"sac-{seed}", device="cpu")
+    session = Session(root=root, name=f"sac-{seed}")
     set_torch_threads(args.threads)
-    runner = Runner(session, params, modes=tuple(params["explorer"]))
+    runner = Runner(session, params, devices=DeviceChoice("cpu"), modes=tuple(params["explorer"]))
     try:
         start = time.perf_counter()
         for _ in range(iterations):  # explore, store, sample, update: no logging, no checkpoint

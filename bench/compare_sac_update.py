@@ -67,6 +67,7 @@ ENV = "Hopper-v5"
 # -- building both sides ---------------------------------------------------------------------------
 def build_digideep(root: Path, seed: int, frames: int) -> tuple[Any, dict[str, Any]]:
     """A Runner of ``params.mujoco_sac`` on Hopper-v5 that has explored and stored ``frames`` frames."""
+    from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.params import resolve_params
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
@@ -75,8 +76,8 @@ def build_digideep(root: Path, seed: int, frames: int) -> tuple[Any, dict[str, A
     params = resolve_params("params.mujoco_sac", overrides=overrides).params
     params["tracking"] = {"enabled": False}
     params["runner"]["stats_interval"] = 0
-    session = Session(root=root, name="compare", device="cpu")
-    runner = Runner(session, params, modes=("train",))
+    session = Session(root=root, name="compare")
+    runner = Runner(session, params, devices=DeviceChoice("cpu"), modes=("train",))
     for _ in range(-(-frames // runner.built.frames_per_chunk)):
         runner.explore()
         runner.store()
@@ -624,6 +625,7 @@ def sb3_bounds() -> str:
 
 def truncation_probe(root: Path, seed: int) -> None:
     """A Hopper whose time limit is 5 steps: what digideep stores at a truncation."""
+    from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.params import resolve_params
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
@@ -633,8 +635,8 @@ def truncation_probe(root: Path, seed: int) -> None:
     params["tracking"] = {"enabled": False}
     params["runner"]["stats_interval"] = 0
     params["env"]["max_episode_steps"] = 5
-    session = Session(root=root, name="truncation", device="cpu")
-    runner = Runner(session, params, modes=("train",))
+    session = Session(root=root, name="truncation")
+    runner = Runner(session, params, devices=DeviceChoice("cpu"), modes=("train",))
     try:
         runner.explore()
         runner.store()

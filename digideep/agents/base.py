@@ -98,7 +98,8 @@ class PolicyBase(nn.Module):
 
 
 class AgentSession(Protocol):
-    """What an agent needs of its session: the device it runs on."""
+    """What an agent needs of its run: the device it runs on (a Runner hands its agents its
+    :class:`~digideep.pipeline.devices.DeviceChoice`)."""
 
     def device_for(self, agent: AgentBase, observation_space: gym.Space) -> torch.device: ...
 
@@ -120,9 +121,9 @@ class AgentBase:
 
     Args:
         name: the agent's name, used in trajectory keys (``/agents/<name>/actions``).
-        session: the running session (:class:`AgentSession`): its ``device_for(agent,
-            observation_space)`` picks the agent's device; :class:`OnDevice` outside a run, or None
-            for the CPU.
+        session: what picks the agent's device (:class:`AgentSession`, its ``device_for(agent,
+            observation_space)``): the run's :class:`~digideep.pipeline.devices.DeviceChoice` in a
+            run, :class:`OnDevice` outside one, or None for the CPU.
         observation_space: the single-environment observation space.
         action_space: this agent's own action space.
         **params: the agent's slice of the params tree; subclasses take typed keywords.

@@ -120,16 +120,16 @@ def _dry_run(resolved: ResolvedParams, device: str | None, deterministic: bool) 
     """
     import tempfile
 
+    from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
 
+    devices = DeviceChoice(device, deterministic)  # checked before the scratch session
     with (
         tempfile.TemporaryDirectory(prefix="digideep-dry-run-") as scratch,
-        Session(
-            root=scratch, params_name=resolved.module, device=device, deterministic=deterministic
-        ) as session,
+        Session(root=scratch, params_name=resolved.module) as session,
     ):
-        runner = Runner(session, resolved.params, tracker=None)
+        runner = Runner(session, resolved.params, devices=devices, tracker=None)
         try:
             observation_space, action_space = runner.explorers["train"].make_environment.spaces()
             log.info(

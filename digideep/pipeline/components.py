@@ -7,6 +7,7 @@ slices reach the constructors (see ``docs/architecture.md``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
 from digideep.memory import TrajectoryMemory
+from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.session import Session
 from digideep.utility.imports import import_object
 from digideep.utility.user_code import FIX
@@ -25,7 +27,10 @@ __all__ = [
     "check_classes",
     "copy_normalizers",
     "load_normalizers",
+    "resolved_settings",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,8 +49,18 @@ class Built:
         return {"agents": dict(self.agent_types), "memories": dict(self.memory_types)}
 
 
-def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("train", "test")) -> Built:
-    """Instantiate agents, memories (when training) and the explorers of ``modes``."""
+def build(
+    session: Session,
+    devices: DeviceChoice,
+    params: dict[str, Any],
+    modes: tuple[str, ...] = ("train", "test"),
+) -> Built:
+    """Instantiate agents, memories (when training) and the explorers of ``modes``.
+
+    Each agent gets ``devices`` as its ``session`` (the
+    :class:`~digideep.agents.base.AgentSession` that picks its device); memories get their place
+    in ``session`` and the explorers ``session`` itself (for videos).
+    """
     env_params = params["env"]
     observation_space, action_spaces = MakeEnvironment(**env_params).spaces()
 
@@ -60,13 +75,20 @@ def build(session: Session, params: dict[str, Any], modes: tuple[str, ...] = ("t
         agent_class = import_object(spec["type"])
         agents[name] = agent_class(
             name=name,
-            session=session,
+            session=devices,
             observation_space=observation_space,
             action_space=action_spaces[name],
             **spec.get("args", {}),
         )
         agent_memory[name] = spec.get("memory", "train")
         agent_types[name] = spec["type"]
+        if agents[name].update_mode is not None and "train" in modes:  # (play builds agents that never learn)
+            log.info(
+                "agent '%s': the update runs %s (%s)",
+                name,
+                agents[name].update_mode,
+                agents[name].update_mode_reason,
+            )
 
     explorer_params = params["explorer"]
     memories: dict[str, TrajectoryMemory] = {}
@@ -138,3 +160,14 @@ def load_normalizers(target: Explorer, train_explorer_state: dict[str, Any] | No
         target.load_normalizer_state_dict(
             {k: {"statistics": s["statistics"]} for k, s in saved.items() if "statistics" in s}
         )
+
+
+def resolved_settings(agents: dict[str, Any]) -> dict[str, str]:
+    """What the params left to the machine, as each agent decided it
+    (:meth:`~digideep.agents.base.AgentBase.resolved_settings`), as
+    ``{"agents/<name>/resolved/<setting>": value}``."""
+    return {
+        f"agents/{name}/resolved/{setting}": value
+        for name, agent in agents.items()
+        for setting, value in agent.resolved_settings().items()
+    }

@@ -1,14 +1,15 @@
-"""A run's progress counters: what both checkpoint files hold besides the states."""
+"""A run's progress counters (what both checkpoint files hold besides the states) and its wall clock."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import time
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from digideep.errors import UsageError
 
-__all__ = ["Counters"]
+__all__ = ["Counters", "WallClock"]
 
 
 @dataclass
@@ -39,3 +40,49 @@ class Counters:
                 "resume it with the version that wrote it"
             )
         return cls(**saved)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters as a plain dict (``runner.json`` and ``states.pt``)."""
+        return asdict(self)
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Take the counters of a checkpoint in place (:meth:`from_dict`'s checks and defaults)."""
+        loaded = Counters.from_dict(saved)
+        for field in fields(self):
+            setattr(self, field.name, getattr(loaded, field.name))
+
+    def record_checkpoint(self) -> None:
+        """Mark the current iteration as the newest checkpoint's, and as the best one's when the
+        latest test return beats every earlier one."""
+        if not math.isnan(self.last_test_return) and self.last_test_return > self.best_test_return:
+            self.best_test_return = self.last_test_return
+            self.best_checkpoint = self.iteration
+        self.last_checkpoint = self.iteration
+
+
+class WallClock:
+    """The seconds a run spends training, summed over its sessions into ``counters.wall_time``.
+
+    Args:
+        counters: the run's counters; :meth:`account` adds the time since :meth:`start` to them.
+    """
+
+    def __init__(self, counters: Counters) -> None:
+        self.counters = counters
+        self._start: float | None = None
+
+    def start(self) -> None:
+        """Start counting (training begins)."""
+        self._start = time.perf_counter()
+
+    def now(self) -> float:
+        """The run's wall time so far: what the counters hold plus the time since the last account."""
+        running = time.perf_counter() - self._start if self._start is not None else 0.0
+        return self.counters.wall_time + running
+
+    def account(self) -> None:
+        """Add the time since the last account (or :meth:`start`) to ``counters.wall_time``."""
+        if self._start is not None:
+            now = time.perf_counter()
+            self.counters.wall_time += now - self._start
+            self._start = now

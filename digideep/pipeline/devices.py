@@ -4,7 +4,7 @@ A run asks for a device in one of three places, the first found wins:
 
 1. ``--device`` on the command line (``digideep train/resume/play``, ``python -m digideep.main``),
    handed to the run as an argument (``device`` of :func:`~digideep.pipeline.training.open_run`,
-   of the :class:`~digideep.pipeline.session.Session` and of the ``train`` flow);
+   of :class:`DeviceChoice` and of the ``train`` flow);
 2. ``session.device`` in the params tree (the shipped files take it from a ``device`` cpanel knob
    when they declare one);
 3. ``"auto"``.
@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -43,6 +44,7 @@ from digideep.environment.spaces import is_image
 from digideep.errors import UsageError
 
 __all__ = [
+    "DeviceChoice",
     "auto_device",
     "available_devices",
     "check_device",
@@ -137,6 +139,57 @@ def agent_device(agent: AgentBase, observation_space: gym.Space, request: str) -
         device, why = torch.device(request), f"requested '{request}'"
     log.info("agent '%s' (%s) on %s: %s", agent.name, type(agent).__name__, device, why)
     return device
+
+
+class DeviceChoice:
+    """Which device each agent of a run trains on, and whether deterministic mode is on.
+
+    The request is the first of ``explicit`` (``--device``), ``session.device`` of the params
+    (:meth:`configure`) and ``auto``. Agents ask :meth:`device_for`: a ``DeviceChoice`` is the
+    :class:`~digideep.agents.base.AgentSession` that a Runner hands its agents.
+
+    Args:
+        explicit: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``--device``); it wins over
+            ``session.device`` of the params; None takes that, else auto.
+        deterministic: deterministic mode (``--deterministic``) whatever ``session.deterministic``
+            of the params says (:meth:`configure` turns it on).
+
+    Raises:
+        UsageError: ``explicit`` is malformed or does not exist on this machine (checked here, so
+            before a run writes anything).
+    """
+
+    def __init__(self, explicit: str | None = None, deterministic: bool = False) -> None:
+        self.explicit = explicit
+        self.deterministic = deterministic
+        self.request: str = requested_device(explicit, None)
+        """The device request that applies: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        """Take ``settings`` (the ``session`` slice of the params tree: ``device``, ``deterministic``)
+        where the constructor left them open, and turn deterministic mode on when either asks
+        (:func:`configure_determinism`). The Runner calls it before it builds any agent.
+
+        Raises:
+            UsageError: the params' device does not exist on this machine.
+        """
+        self.request = requested_device(self.explicit, settings.get("device"))
+        configure_determinism(requested_determinism(self.deterministic, settings.get("deterministic")))
+
+    @property
+    def device(self) -> torch.device:
+        """The requested device; under ``auto`` the first CUDA device when there is one, else the CPU.
+
+        Agents ask :meth:`device_for` instead: under ``auto`` an on-policy MLP agent stays on the CPU.
+        """
+        return default_device(self.request)
+
+    def device_for(self, agent: AgentBase, observation_space: gym.Space) -> torch.device:
+        """The device of ``agent`` under the request (logged with the reason, :func:`agent_device`)."""
+        return agent_device(agent, observation_space, self.request)
+
+    def __repr__(self) -> str:
+        return f"DeviceChoice({self.request!r})"
 
 
 def _has_images(space: gym.Space) -> bool:

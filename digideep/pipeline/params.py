@@ -3,7 +3,8 @@
 A parameter file ``params/<name>.py`` holds a module-level ``cpanel`` dict (the "control panel" of
 knobs, each commented) and ``gen_params(cpanel) -> dict``, the whole params tree in one place.
 ``--cpanel '{"model_name": "Hopper-v5"}'`` overrides knobs. Everything here runs before anything
-touches disk, and every problem raises :class:`~digideep.errors.UsageError` with a one-line message.
+touches disk, and every problem raises :class:`~digideep.errors.UsageError` with a one-line message;
+:func:`write_params` then records what was resolved in the run's session.
 
 ``--params`` takes a module name (``params.pendulum_sac`` or ``pendulum_sac``) or a path ending in
 ``.py``. A path inside the project's ``params/`` folder is imported as that module, so it is recorded
@@ -19,14 +20,20 @@ import importlib.util
 import json
 import logging
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from digideep import __version__
 from digideep.errors import UsageError
 from digideep.pipeline.param_bounds import check_sizes, check_tree_sizes
+from digideep.storage.files import atomic_write_json
+
+if TYPE_CHECKING:  # the session is opened after the params are resolved, by the run
+    from digideep.pipeline.session import Session
 
 __all__ = [
     "ResolvedParams",
@@ -35,6 +42,7 @@ __all__ = [
     "load_params_module",
     "parse_cpanel",
     "resolve_params",
+    "write_params",
 ]
 
 log = logging.getLogger(__name__)
@@ -334,3 +342,27 @@ def _shown(filename: str) -> str:
         return str(Path(filename).resolve().relative_to(_search_root().resolve()))
     except ValueError:
         return filename
+
+
+def write_params(
+    session: Session,
+    module: str,
+    cpanel: dict[str, Any],
+    params: dict[str, Any],
+    import_paths: dict[str, str] | None = None,
+) -> None:
+    """Write ``cpanel.json``, ``params.json`` and ``session.json`` of ``session`` (each atomically).
+
+    ``import_paths`` (``{top-level module: folder}``, see :mod:`digideep.utility.user_code`) goes
+    to ``session.json``: the folders that put the run's own code back on ``sys.path``.
+    """
+    for filename, value in (("cpanel.json", cpanel), ("params.json", params)):
+        (session.location / filename).write_json(value)
+        if session.remote:  # a local copy for MLflow's session artifacts
+            atomic_write_json(session.path / filename, value)
+    session.update_info(
+        params_module=module,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        version=__version__,
+        import_paths=dict(import_paths or {}),
+    )

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
-from digideep.pipeline.runner import Runner
+from digideep.pipeline.devices import DeviceChoice
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.session import Session
 from digideep.storage.checkpoint import read_runner_info
 from digideep.storage.location import Location, location_of
@@ -37,7 +38,7 @@ def play(
     """Run the eval explorer of ``checkpoint`` for ``episodes`` episodes; return their returns.
 
     ``device`` and ``deterministic`` are ``--device`` and ``--deterministic``
-    (:class:`~digideep.pipeline.session.Session`).
+    (:class:`~digideep.pipeline.devices.DeviceChoice`).
 
     Raises:
         UsageError: the checkpoint is missing, damaged or not inside a session folder, or a class it
@@ -63,11 +64,10 @@ def play(
         spec["args"] = acting_only(spec.get("args", {}))
     # the run's own code imports from the folders it was recorded in, before anything opens
     use_code_folders(info.get(IMPORT_PATHS), params, f"session '{root}/{session_name}'")
-    session = Session(
-        root=root, name=session_name, resume=True, device=device, deterministic=deterministic, lock=False
-    )
+    devices = DeviceChoice(device, deterministic)
+    session = Session(root=root, name=session_name, resume=True, lock=False)
     before = set(session.videos_path.glob("*.mp4"))
-    runner = Runner.from_checkpoint(session, path, modes=("eval",), params=params)
+    runner = from_checkpoint(session, path, devices=devices, modes=("eval",), params=params)
     try:
         chunk = runner.explorers["eval"].update()
     finally:

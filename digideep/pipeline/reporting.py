@@ -1,19 +1,29 @@
-"""What the Runner reports: metrics from the Monitor and Profiler, the progress line and bar fields."""
+"""What a run reports: metrics from the Monitor and Profiler, the progress line and bar fields.
+
+:class:`Reporter` makes the metrics of the Runner's ``log`` stage (appended to the session's metrics
+journal, on disk first) and the figures of the progress line and bar between logs.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from digideep.pipeline.counters import Counters, WallClock
+from digideep.pipeline.evaluation import RETURN_METRIC
+from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.naming import metrics_from_summary
+from digideep.utility.monitoring import Monitor, monitor
+from digideep.utility.profiling import profiler
 
-__all__ = ["Progress", "metrics_from_summaries", "progress_fields", "progress_line"]
+__all__ = ["Progress", "Reporter", "metrics_from_summaries", "progress_fields", "progress_line"]
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a run stands: the figures the progress line and bar show (``Runner.progress()``).
+    """Where a run stands: the figures the progress line and bar show (:meth:`Reporter.progress`).
 
     Attributes:
         epoch: epochs completed; number_epochs: epochs to train.
@@ -86,3 +96,83 @@ def progress_fields(progress: Progress, metrics: dict[str, float]) -> dict[str, 
         "fps": fps,
         **returns,
     }
+
+
+class Reporter:
+    """The metrics of a run's log stage and its progress figures.
+
+    Args:
+        counters: the run's counters (``frames``, ``iteration``; ``last_log_frames`` is set here).
+        monitor: the Runner's own Monitor, summarised with the process-wide ``monitor``.
+        journal: the session's metrics journal, or None (nothing written).
+        clock: the run's wall clock (for the time left).
+        number_epochs: epochs to train; epoch_size: iterations per epoch.
+    """
+
+    def __init__(
+        self,
+        counters: Counters,
+        monitor: Monitor,
+        journal: MetricsJournal | None,
+        clock: WallClock,
+        *,
+        number_epochs: int,
+        epoch_size: int,
+    ) -> None:
+        self.counters = counters
+        self.monitor = monitor
+        self.journal = journal
+        self.clock = clock
+        self.number_epochs = number_epochs
+        self.epoch_size = epoch_size
+        self._log_start = time.perf_counter()
+
+    def metrics(self, evaluation: float | None) -> dict[str, float]:
+        """This log's metrics: the Monitors and the Profiler summarised since the last log, the speed,
+        epoch and iteration, and ``evaluation`` (the epoch's test mean, :data:`RETURN_METRIC`) when
+        there is one; appended to the journal at the current frame count."""
+        summary = {**monitor.summary(), **self.monitor.summary()}  # the process-wide one: ad-hoc values
+        metrics = metrics_from_summaries(summary, profiler.summary())
+        metrics["charts/frames_per_second"] = self.frames_per_second()
+        self._log_start = time.perf_counter()
+        self.counters.last_log_frames = self.counters.frames
+        metrics["charts/epoch"] = float(self.counters.iteration // self.epoch_size)
+        metrics["charts/iteration"] = float(self.counters.iteration)
+        if evaluation is not None:  # this epoch's evaluation alone, unlike the windowed test return
+            metrics[RETURN_METRIC] = evaluation
+        if self.journal is not None:  # on disk first; the tracker sends what the journal holds
+            self.journal.append(self.counters.frames, metrics)
+        return metrics
+
+    def reset(self) -> None:
+        """Start the next log's interval: both Monitors and the Profiler emptied."""
+        self.monitor.reset()
+        monitor.reset()
+        profiler.reset()
+
+    def frames_per_second(self) -> float:
+        """Train frames per second since the last log."""
+        elapsed = max(time.perf_counter() - self._log_start, 1e-9)
+        return (self.counters.frames - self.counters.last_log_frames) / elapsed
+
+    def progress(self) -> Progress:
+        """Where the run stands, for the progress line and bar."""
+        return Progress(
+            epoch=self.counters.iteration // self.epoch_size,
+            number_epochs=self.number_epochs,
+            iteration=self.counters.iteration,
+            epoch_size=self.epoch_size,
+            frames=self.counters.frames,
+            wall_time=self.clock.now(),
+        )
+
+    def status_fields(self) -> dict[str, Any]:
+        """The progress bar's fields between logs: returns so far this interval, speed since the last log."""
+        summary = self.monitor.summary()
+        metrics = {
+            f"explore/{mode}/episode_return": summary[name]["mean"]
+            for mode in ("train", "test")
+            if (name := f"/explore/{mode}/episode_return") in summary
+        }
+        metrics["charts/frames_per_second"] = self.frames_per_second()
+        return progress_fields(self.progress(), metrics)

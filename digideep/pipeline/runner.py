@@ -13,8 +13,11 @@ The stages are plain methods over the Runner's state. :meth:`Runner.train` walks
 calls each stage through a ``call(stage, function)`` hook: the plain loop calls them directly,
 the Prefect flow (``flows/train.py``) wraps each in a task. One schedule, two drivers.
 Stages exchange only small values (counts, metric dicts, paths); the chunk and the batches stay
-inside the Runner. The checkpoint stage and the Runner's state (``state_dict``, ``from_checkpoint``)
-live in :mod:`digideep.pipeline.runner_state`.
+inside the Runner. The rest of a run's life has modules of its own:
+:mod:`~digideep.pipeline.training` opens and closes it, :mod:`~digideep.pipeline.checkpointing`
+writes its checkpoints, :mod:`~digideep.pipeline.run_state` is what they hold,
+:mod:`~digideep.pipeline.resuming` rebuilds a Runner from one, and :mod:`~digideep.pipeline.reporting`
+makes the log stage's metrics and the progress figures.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -30,26 +32,26 @@ from typing import Any
 
 import numpy as np
 
-from digideep.errors import UsageError
+from digideep.memory import Readback
 from digideep.pipeline import components
-from digideep.pipeline.counters import Counters
-from digideep.pipeline.devices import configure_determinism, requested_determinism
-from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
-from digideep.pipeline.reporting import Progress, metrics_from_summaries, progress_fields, progress_line
+from digideep.pipeline.checkpointing import Checkpointer, runner_info
+from digideep.pipeline.counters import Counters, WallClock
+from digideep.pipeline.devices import DeviceChoice
+from digideep.pipeline.evaluation import EvaluationProtocol
+from digideep.pipeline.reporting import Reporter, progress_line
 from digideep.pipeline.rng import seed_everything
-from digideep.pipeline.runner_state import RunnerStateMixin, resume_checkpoint
+from digideep.pipeline.run_state import RunState
+from digideep.pipeline.runner_settings import RunnerSettings
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.pipeline.upload_cache import UploadCache
-from digideep.storage.checkpoint import find_checkpoints
 from digideep.storage.lease import LEASE_MARGIN
-from digideep.storage.location import Location
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
-from digideep.utility.monitoring import Monitor, monitor
-from digideep.utility.profiling import KeepTime, profiler
+from digideep.utility.monitoring import Monitor
+from digideep.utility.profiling import KeepTime
 from digideep.utility.stats import StatsSampler
 
-__all__ = ["ITERATION_STAGES", "IterationGroup", "Runner", "StageCall", "resume_checkpoint"]
+__all__ = ["ITERATION_STAGES", "IterationGroup", "Runner", "StageCall"]
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +67,15 @@ def call_directly(stage: str, function: Callable[[], Any]) -> Any:
     return function()
 
 
-class Runner(RunnerStateMixin):
+class Runner:
     """Builds the components of a run from its params tree and trains them.
 
     Args:
         session: the run's Session.
         params: the resolved params tree (see ``params/*.py``).
+        devices: where the agents train and whether deterministic mode is on (``--device``,
+            ``--deterministic``); it takes ``session.device`` and ``session.deterministic`` of the
+            params where those are open. Auto by default.
         tracker: optional experiment tracker with ``flush(force)``, ``log_checkpoint(path, kept)`` and
             ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
@@ -83,6 +88,10 @@ class Runner(RunnerStateMixin):
             the explorers, the agents' update metrics and CPU/GPU figures. :meth:`log` summarises it
             together with the process-wide ``monitor`` (ad-hoc values from anywhere, such as the
             sampler's debug units) and resets both; only this one is checkpointed.
+        state: the run's checkpointable state (:class:`~digideep.pipeline.run_state.RunState`).
+        checkpoints: what writes its checkpoints (:class:`~digideep.pipeline.checkpointing.Checkpointer`).
+        reporter: what makes its log stage's metrics and progress figures
+            (:class:`~digideep.pipeline.reporting.Reporter`).
     """
 
     def __init__(
@@ -90,6 +99,7 @@ class Runner(RunnerStateMixin):
         session: Session,
         params: dict[str, Any],
         *,
+        devices: DeviceChoice | None = None,
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
         journal: MetricsJournal | None = None,
@@ -102,33 +112,15 @@ class Runner(RunnerStateMixin):
         if journal is None and "train" in modes:
             journal = MetricsJournal(session.path / JOURNAL_FILE)
         self.journal = journal
-        settings = params["runner"]
-        self.number_epochs: int = settings["number_epochs"]
-        self.epoch_size: int = settings["epoch_size"]
-        self.test_interval: int = settings.get("test_interval", 1)
-        self.save_interval: int = settings.get("save_interval", 1)
-        self.keep_checkpoints: int = settings.get("keep_checkpoints", 3)
-        self.max_wall_time: float | None = settings.get("max_wall_time")
-        self.max_iterations: int | None = _iteration_cap(settings.get("max_iterations"))
-        self.seed: int = settings.get("seed", 0)
-        self.stats_interval: float = settings.get(
-            "stats_interval", 5.0
-        )  # seconds between CPU/GPU samples; 0: off
-        device_settings = params.get("session", {})
-        session.configure_device(device_settings.get("device"))  # before any agent picks its device
-        configure_determinism(
-            requested_determinism(session.deterministic, device_settings.get("deterministic"))
-        )
-        seed_everything(self.seed)
+        self.settings = settings = RunnerSettings.from_params(params["runner"])
+        self.devices = devices if devices is not None else DeviceChoice()
+        self.devices.configure(params.get("session", {}))  # before any agent picks its device
+        seed_everything(settings.seed)
 
         self.counters = Counters()
-        self.built = components.build(session, params, modes=modes)
+        self.clock = WallClock(self.counters)
+        self.built = components.build(session, self.devices, params, modes=modes)
         self.agents = self.built.agents
-        for name, agent in self.agents.items():
-            if agent.update_mode is not None and "train" in modes:  # (play builds agents that never learn)
-                log.info(
-                    "agent '%s': the update runs %s (%s)", name, agent.update_mode, agent.update_mode_reason
-                )
         self.memories = self.built.memories
         if (
             session.remote
@@ -146,8 +138,20 @@ class Runner(RunnerStateMixin):
         self._stop_reason: str | None = None
         self._evaluation: float | None = None  # the last test's mean return, until the log stage sends it
         self.trial: Any = None  # a digideep.tracking.trials.TrialReporter when the run is a tune trial
-        self._wall_start: float | None = None
-        self._log_start = time.perf_counter()
+        self.state = RunState(
+            self.counters, self.agents, self.explorers, self.memories, self.monitor, self.journal
+        )
+        self.checkpoints = Checkpointer(
+            session, self.state, uploads=self.uploads, keep=settings.keep_checkpoints
+        )
+        self.reporter = Reporter(
+            self.counters,
+            self.monitor,
+            self.journal,
+            self.clock,
+            number_epochs=settings.number_epochs,
+            epoch_size=settings.epoch_size,
+        )
 
     # -- the stages of one iteration ----------------------------------------------------------
     def explore(self) -> int:
@@ -197,22 +201,22 @@ class Runner(RunnerStateMixin):
     @property
     def epoch(self) -> int:
         """Epochs completed."""
-        return self.counters.iteration // self.epoch_size
+        return self.counters.iteration // self.settings.epoch_size
 
     @property
     def at_epoch_end(self) -> bool:
         """Whether the last iteration completed an epoch (test, log and checkpoint come next)."""
-        return self.counters.iteration % self.epoch_size == 0
+        return self.counters.iteration % self.settings.epoch_size == 0
 
     def test_due(self) -> bool:
         """Every ``test_interval`` epochs, and at the last epoch (so the last evaluation lands at the
         frame budget, :mod:`digideep.pipeline.evaluation`); never with ``test_interval`` 0."""
-        if "test" not in self.explorers or self.test_interval <= 0:
+        if "test" not in self.explorers or self.settings.test_interval <= 0:
             return False
-        return self.epoch % self.test_interval == 0 or self.epoch == self.number_epochs
+        return self.epoch % self.settings.test_interval == 0 or self.epoch == self.settings.number_epochs
 
     def save_due(self) -> bool:
-        return self.save_interval > 0 and self.epoch % self.save_interval == 0
+        return self.settings.save_interval > 0 and self.epoch % self.settings.save_interval == 0
 
     def test(self) -> float:
         """Run the test explorer (deterministic, train normalisers copied in); return its mean return."""
@@ -239,31 +243,27 @@ class Runner(RunnerStateMixin):
 
     def log(self) -> dict[str, float]:
         """Summarise the Monitor and Profiler since the last log into metrics; send and print them."""
-        summary = {**monitor.summary(), **self.monitor.summary()}  # the process-wide one: ad-hoc values
-        metrics = metrics_from_summaries(summary, profiler.summary())
-        metrics["charts/frames_per_second"] = self._frames_per_second()
-        self._log_start = time.perf_counter()
-        self.counters.last_log_frames = self.counters.frames
-        metrics["charts/epoch"] = float(self.epoch)
-        metrics["charts/iteration"] = float(self.counters.iteration)
-        if self._evaluation is not None:  # this epoch's evaluation alone, unlike the windowed test return
-            metrics[RETURN_METRIC] = self._evaluation
-            self._evaluation = None
-        if self.journal is not None:  # on disk first; the tracker sends what the journal holds
-            self.journal.append(self.counters.frames, metrics)
+        metrics = self.reporter.metrics(self._evaluation)
+        self._evaluation = None
         if self.tracker is not None:
             self.tracker.flush(force=False)
-        log.info(progress_line(self.progress(), metrics))
-        self.monitor.reset()
-        monitor.reset()
-        profiler.reset()
+        log.info(progress_line(self.reporter.progress(), metrics))
+        self.reporter.reset()
         return metrics
+
+    def checkpoint(self) -> str:
+        """Write a checkpoint of the run into its session and commit it; return its folder
+        (:meth:`~digideep.pipeline.checkpointing.Checkpointer.save`)."""
+        started = time.perf_counter()
+        self.clock.account()
+        self.counters.record_checkpoint()
+        return self.checkpoints.save(self.runner_info(), self.tracker, started)
 
     # -- the schedule -------------------------------------------------------------------------
     @property
     def finished(self) -> bool:
         """Whether ``number_epochs`` epochs are done."""
-        return self.epoch >= self.number_epochs
+        return self.epoch >= self.settings.number_epochs
 
     def stop_reason(self) -> str | None:
         """Why training should stop now (finished, a limit, a signal), or None to go on."""
@@ -271,10 +271,13 @@ class Runner(RunnerStateMixin):
             return self._stop_reason
         if self.finished:
             return "finished"
-        if self.max_iterations is not None and self.counters.iteration >= self.max_iterations:
-            return f"max_iterations={self.max_iterations} reached"
-        if self.max_wall_time is not None and self._wall_time_now() >= self.max_wall_time:
-            return f"max_wall_time={self.max_wall_time}s reached"
+        if (
+            self.settings.max_iterations is not None
+            and self.counters.iteration >= self.settings.max_iterations
+        ):
+            return f"max_iterations={self.settings.max_iterations} reached"
+        if self.settings.max_wall_time is not None and self.clock.now() >= self.settings.max_wall_time:
+            return f"max_wall_time={self.settings.max_wall_time}s reached"
         return None
 
     def request_stop(self, reason: str) -> None:
@@ -334,15 +337,17 @@ class Runner(RunnerStateMixin):
         A first SIGINT or SIGTERM finishes the iteration, checkpoints and returns; a second SIGINT
         interrupts at once. ``group`` is passed to :meth:`schedule`.
         """
-        self._wall_start = time.perf_counter()
+        self.clock.start()
         with (
             StopOnSignals(self.request_stop),
-            StatsSampler(self.stats_interval, self.monitor) if self.stats_interval else nullcontext(),
+            StatsSampler(self.settings.stats_interval, self.monitor)
+            if self.settings.stats_interval
+            else nullcontext(),
         ):
             for stage, function in self.schedule(group):
                 call(stage, function)
         reason = self.stop_reason() or "finished"
-        self._account_wall_time()
+        self.clock.account()
         if reason == "finished":
             self.session.mark_done(
                 iterations=self.counters.iteration,
@@ -357,63 +362,31 @@ class Runner(RunnerStateMixin):
         )
         return reason
 
-    def trained_checkpoints(self) -> dict[str, Location]:
-        """What training produced: ``{"final": newest checkpoint, "best": best-testing one}``.
-
-        The caller logs them as models once :meth:`train` returned ``"finished"`` (the tracker's
-        ``log_models``, see :func:`digideep.pipeline.training.run_training`); a checkpoint that
-        retention removed is left out.
-        """
-        found = {c.iteration: c.location for c in find_checkpoints(self.session.checkpoints_location)}
-        wanted = {"final": self.counters.last_checkpoint, "best": self.counters.best_checkpoint}
-        return {which: found[iteration] for which, iteration in wanted.items() if iteration in found}
-
-    def status_fields(self) -> dict[str, Any]:
-        """The progress bar's fields between logs: returns so far this interval, speed since the last log."""
-        summary = self.monitor.summary()
-        metrics = {
-            f"explore/{mode}/episode_return": summary[name]["mean"]
-            for mode in ("train", "test")
-            if (name := f"/explore/{mode}/episode_return") in summary
-        }
-        metrics["charts/frames_per_second"] = self._frames_per_second()
-        return progress_fields(self.progress(), metrics)
-
-    def progress(self) -> Progress:
-        """Where the run stands, for the progress line and bar."""
-        return Progress(
-            epoch=self.epoch,
-            number_epochs=self.number_epochs,
-            iteration=self.counters.iteration,
-            epoch_size=self.epoch_size,
-            frames=self.counters.frames,
-            wall_time=self._wall_time_now(),
-        )
-
-    def _frames_per_second(self) -> float:
-        """Train frames per second since the last log stage."""
-        elapsed = max(time.perf_counter() - self._log_start, 1e-9)
-        return (self.counters.frames - self.counters.last_log_frames) / elapsed
-
     def resolved_settings(self) -> dict[str, str]:
-        """The agents' resolved settings and the evaluation protocol (``eval/*``), as MLflow params."""
-        protocol = EvaluationProtocol.of_params(self.params) if self.test_interval > 0 else None
-        return {**super().resolved_settings(), **(protocol.mlflow_params() if protocol else {})}
+        """What the params left to the machine, as it was decided, and the evaluation protocol
+        (``eval/*``), as MLflow params: each agent's
+        :meth:`~digideep.agents.base.AgentBase.resolved_settings`, e.g. its update mode and where it
+        samples its replay (``{"agents/<name>/resolved/update_mode": "eager"}``)."""
+        protocol = EvaluationProtocol.of_params(self.params) if self.settings.test_interval > 0 else None
+        agents = components.resolved_settings(self.agents)
+        return {**agents, **(protocol.mlflow_params() if protocol else {})}
+
+    def runner_info(self) -> dict[str, Any]:
+        """What ``runner.json`` holds besides the versions (:func:`~digideep.pipeline.checkpointing.runner_info`)."""
+        classes = self.built.class_paths()
+        return runner_info(self.session, self.params, self.counters, classes, self.resolved_settings())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run's state, ``states.pt`` of a checkpoint (:meth:`~digideep.pipeline.run_state.RunState.state_dict`)."""
+        return self.state.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any], prepared: dict[str, Readback] | None = None) -> None:
+        """Restore :meth:`state_dict` (:meth:`~digideep.pipeline.run_state.RunState.load_state_dict`)."""
+        self.state.load_state_dict(state, prepared)
 
     def stage_label(self, stage: str) -> str:
         """A readable name for a stage run, e.g. ``explore[epoch 3, iteration 120]``."""
         return f"{stage}[epoch {self.epoch}, iteration {self.counters.iteration}]"
-
-    # -- wall time ----------------------------------------------------------------------------
-    def _wall_time_now(self) -> float:
-        running = time.perf_counter() - self._wall_start if self._wall_start is not None else 0.0
-        return self.counters.wall_time + running
-
-    def _account_wall_time(self) -> None:
-        if self._wall_start is not None:
-            now = time.perf_counter()
-            self.counters.wall_time += now - self._wall_start
-            self._wall_start = now
 
     def close(self) -> None:
         """Close the environments, then wait for the memories' background writes and end their
@@ -432,17 +405,3 @@ class Runner(RunnerStateMixin):
                 log.warning(
                     "memory '%s': a background write after the last checkpoint failed: %s", name, error
                 )
-
-
-def _iteration_cap(max_iterations: int | None) -> int | None:
-    """``max_iterations`` from params, lowered by ``$DIGIDEEP_MAX_ITERATIONS`` when that is set.
-
-    The variable smoke-tests a parameter file (``DIGIDEEP_MAX_ITERATIONS=1 digideep train ...``):
-    the run stops after that many iterations with a checkpoint, as at any limit.
-    """
-    cap = os.environ.get("DIGIDEEP_MAX_ITERATIONS")
-    if not cap:
-        return max_iterations
-    if not cap.isdigit() or int(cap) < 1:
-        raise UsageError(f"DIGIDEEP_MAX_ITERATIONS must be a positive integer, got '{cap}'")
-    return int(cap) if max_iterations is None else min(int(cap), max_iterations)

@@ -31,10 +31,12 @@ the journal first, so the log goes on and the journal is rewound to the checkpoi
 store is probed before anything is written: a missing bucket, refused credentials or an
 unreachable endpoint fail in seconds with one line naming the URL.
 
-Device choice, the log file, the uploads and torch's threads are the run's, not the folder's: the
-Session still answers which device was requested (:mod:`digideep.pipeline.devices`), while
-:func:`digideep.pipeline.training.open_run` attaches the :class:`~digideep.pipeline.run_logging.RunLog`,
-hands the :class:`~digideep.pipeline.upload_cache.UploadCache` to the Runner and sets the threads.
+The device, the params files, the log file, the uploads and torch's threads are the run's, not the
+folder's: :func:`digideep.pipeline.training.open_run` checks the device
+(:class:`~digideep.pipeline.devices.DeviceChoice`, handed to the Runner), writes the params
+(:func:`~digideep.pipeline.params.write_params`), attaches the
+:class:`~digideep.pipeline.run_logging.RunLog`, hands the
+:class:`~digideep.pipeline.upload_cache.UploadCache` to the Runner and sets the threads.
 
 On a URL the lock is a lease (:mod:`digideep.storage.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
@@ -54,13 +56,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from digideep import __version__
 from digideep.errors import UsageError
-from digideep.pipeline.devices import agent_device, default_device, requested_device
 from digideep.pipeline.upload_cache import restore_working_files, working_folder
-from digideep.storage.files import atomic_write_json
 from digideep.storage.lease import acquire_session_lease, exit_process
 from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
@@ -137,26 +134,21 @@ def check_session_root(root: str | Path) -> None:
 
 
 class Session:
-    """A run folder with a lock, and the compute device it was asked for.
+    """A run folder with its lock (on object storage, its lease).
 
     Args:
         root: folder that holds sessions: a local path or an fsspec URL (``s3://bucket/prefix``).
         name: the session's name; generated from the time and ``params_name`` when None.
         params_name: the parameter module's name, used for generated names.
         resume: open an existing session instead of creating a new one.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``--device``); it wins over
-            ``session.device`` of the params (:meth:`configure_device`); None takes that, else auto.
-            See :mod:`digideep.pipeline.devices`.
-        deterministic: deterministic mode (``--deterministic``) whatever ``session.deterministic``
-            of the params says; the Runner turns it on (:func:`~digideep.pipeline.devices.configure_determinism`).
         lock: take the session's lock (a URL session's: its lease, and download its log and
             journal to go on with them). ``False`` opens an existing session for reading (playing
             a checkpoint while training goes on).
 
     Raises:
         UsageError: the session exists (and ``resume`` is False), does not exist (and ``resume`` is
-            True), is locked by a live process, the device does not exist here, or the store
-            behind a URL root cannot be used (no bucket, refused credentials, no answer).
+            True), is locked by a live process, or the store behind a URL root cannot be used (no
+            bucket, refused credentials, no answer).
     """
 
     def __init__(
@@ -166,14 +158,8 @@ class Session:
         params_name: str = "session",
         *,
         resume: bool = False,
-        device: str | None = None,
-        deterministic: bool = False,
         lock: bool = True,
     ) -> None:
-        self._device_arg = device
-        self.deterministic = deterministic
-        """``--deterministic``: deterministic mode on whatever the params say."""
-        self.device_request: str = requested_device(device, None)  # checked before touching disk
         self.name = name or default_session_name(params_name)
         if not resume:
             check_session_name(self.name)
@@ -201,7 +187,7 @@ class Session:
         else:
             self._open_local(resume, lock)
         how = ("resumed" if lock else "opened to read") if resume else "new"
-        log.info("session %s (%s), device %s", self.url, how, self.device_request)
+        log.info("session %s (%s)", self.url, how)
 
     def _open_local(self, resume: bool, lock: bool) -> None:
         try:
@@ -239,27 +225,6 @@ class Session:
             self._release_lease()
             raise
 
-    # -- device --------------------------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        """The requested device; under ``auto`` the first CUDA device when there is one, else the CPU.
-
-        Agents ask :meth:`device_for` instead: under ``auto`` an on-policy MLP agent stays on the CPU.
-        """
-        return default_device(self.device_request)
-
-    def configure_device(self, params_device: str | None) -> None:
-        """Take ``session.device`` of the params tree unless the constructor's ``device`` chose.
-
-        Raises:
-            UsageError: the device does not exist on this machine.
-        """
-        self.device_request = requested_device(self._device_arg, params_device)
-
-    def device_for(self, agent: Any, observation_space: Any) -> torch.device:
-        """The device of ``agent`` (logged with the reason), see :mod:`digideep.pipeline.devices`."""
-        return agent_device(agent, observation_space, self.device_request)
-
     # -- paths ---------------------------------------------------------------------------------
     # ``path`` is the session folder, or for a URL session its local working folder.
     @property
@@ -282,29 +247,6 @@ class Session:
         return self.location / "memory" / f"{name}.zarr"
 
     # -- metadata ------------------------------------------------------------------------------
-    def write_params(
-        self,
-        module: str,
-        cpanel: dict[str, Any],
-        params: dict[str, Any],
-        import_paths: dict[str, str] | None = None,
-    ) -> None:
-        """Write ``cpanel.json``, ``params.json`` and ``session.json`` (each atomically).
-
-        ``import_paths`` (``{top-level module: folder}``, see :mod:`digideep.utility.user_code`) goes
-        to ``session.json``: the folders that put the run's own code back on ``sys.path``.
-        """
-        for filename, value in (("cpanel.json", cpanel), ("params.json", params)):
-            (self.location / filename).write_json(value)
-            if self.remote:  # a local copy for MLflow's session artifacts
-                atomic_write_json(self.path / filename, value)
-        self.update_info(
-            params_module=module,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            version=__version__,
-            import_paths=dict(import_paths or {}),
-        )
-
     def read_json(self, filename: str) -> dict[str, Any]:
         """Read one of the session's JSON files (``params.json``, ``cpanel.json``, ``session.json``)."""
         path = self.location / filename
@@ -318,7 +260,7 @@ class Session:
             ) from None
 
     def info(self) -> dict[str, Any]:
-        """The contents of ``session.json`` (empty before :meth:`write_params`)."""
+        """The contents of ``session.json`` (empty before :func:`~digideep.pipeline.params.write_params`)."""
         try:
             return (self.location / "session.json").read_json()
         except FileNotFoundError:

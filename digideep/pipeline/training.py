@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.pipeline.devices import set_torch_threads
-from digideep.pipeline.params import ResolvedParams, resolve_params
+from digideep.pipeline.checkpointing import trained_checkpoints
+from digideep.pipeline.devices import DeviceChoice, set_torch_threads
+from digideep.pipeline.params import ResolvedParams, resolve_params, write_params
+from digideep.pipeline.resuming import resume
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
 from digideep.pipeline.session import DEFAULT_ROOT, Session
@@ -93,12 +95,11 @@ def open_run(
         if session_name is None:
             raise UsageError("resuming needs a session name (the folder under --session-path)")
         raise_if_stopped()
-        session = Session(
-            root=root, name=session_name, resume=True, device=device, deterministic=deterministic
-        )
+        devices = DeviceChoice(device, deterministic)  # checked before anything is written
+        session = Session(root=root, name=session_name, resume=True)
         run_log = RunLog(session.log_path)
         try:
-            return _reopen(session, run_log, tags)
+            return _reopen(session, devices, run_log, tags)
         except BaseException:
             _end_session(session, run_log)
             raise
@@ -115,25 +116,20 @@ def open_run(
             params, None if isinstance(cpanel, dict) else cpanel, overrides, device=device
         )
     raise_if_stopped()
-    session = Session(
-        root=root,
-        name=session_name,
-        params_name=resolved.module,
-        device=device,
-        deterministic=deterministic,
-    )
+    devices = DeviceChoice(device, deterministic)  # checked before anything is written
+    session = Session(root=root, name=session_name, params_name=resolved.module)
     run_log = RunLog(session.log_path)
     set_torch_threads(resolved.params.get("session", {}).get("torch_threads"))
     runner = None
     try:
         folders = code_folders(resolved.params, resolved.module, resolved.file)
-        session.write_params(resolved.module, resolved.cpanel, resolved.params, import_paths=folders)
+        write_params(session, resolved.module, resolved.cpanel, resolved.params, import_paths=folders)
         if description is not None:
             session.update_info(description=description)
             tags = {**(tags or {}), NOTE_TAG: description}
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         # built before the MLflow run starts: a start that fails leaves neither a run nor a session
-        runner = Runner(session, resolved.params, journal=journal, uploads=_uploads(session))
+        runner = Runner(session, resolved.params, devices=devices, journal=journal, uploads=_uploads(session))
         runner.tracker = tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
     except BaseException:
         if runner is not None:
@@ -184,7 +180,9 @@ def _end_session(session: Session, run_log: RunLog | None) -> None:
         session.close()
 
 
-def _reopen(session: Session, run_log: RunLog, tags: dict[str, str] | None) -> RunHandle | None:
+def _reopen(
+    session: Session, devices: DeviceChoice, run_log: RunLog, tags: dict[str, str] | None
+) -> RunHandle | None:
     params = session.read_json("params.json")
     cpanel = session.read_json("cpanel.json")
     if session.is_done:
@@ -201,7 +199,7 @@ def _reopen(session: Session, run_log: RunLog, tags: dict[str, str] | None) -> R
     set_torch_threads(params.get("session", {}).get("torch_threads"))
     # the newest checkpoint that resumes exactly (damaged ones passed over with a line), before
     # tracking starts; its memory is restored and checked, the journal rewound to it
-    resumed = Runner.resume(session)  # none whole: refused in one line, not started over
+    resumed = resume(session, devices)  # none whole: refused in one line, not started over
     if resumed is None:  # (a first save cut short leaves a marked folder: the next save removes it)
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
         use_code_folders(session.info().get(IMPORT_PATHS), params, f"session '{session.url}'")
@@ -210,7 +208,7 @@ def _reopen(session: Session, run_log: RunLog, tags: dict[str, str] | None) -> R
         memories.mkdir()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
-        runner = Runner(session, params, journal=journal, uploads=_uploads(session))
+        runner = Runner(session, params, devices=devices, journal=journal, uploads=_uploads(session))
         return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None, run_log)
     runner, found = resumed
     log.info("resuming session %s from %s", session.url, found.path)
@@ -308,13 +306,13 @@ def run_training(
     if handle is None:
         return "already finished"
     runner = handle.runner
-    total = runner.number_epochs * runner.epoch_size
+    total = runner.settings.number_epochs * runner.settings.epoch_size
     with running(handle), ProgressBar(total, runner.counters.iteration) as bar:
 
         def call_and_show(stage: str, function: Callable[[], Any]) -> Any:
             result = call(stage, function)
             if stage in ("update", "iterate") and (bar.due() or runner.at_epoch_end):  # epochs shown whole
-                bar.update(runner.counters.iteration, **runner.status_fields())
+                bar.update(runner.counters.iteration, **runner.reporter.status_fields())
             elif stage == "test" and not math.isnan(result):
                 bar.update(runner.counters.iteration, test=result)
             return result
@@ -322,5 +320,6 @@ def run_training(
         reason = runner.train(call_and_show if bar.enabled else call, group)
         if reason == "finished" and handle.tracker is not None:  # before the tracker finishes the run
             register_as = runner.params.get("tracking", {}).get("register_model")
-            handle.tracker.log_models(runner.trained_checkpoints(), register_as)
+            trained = trained_checkpoints(handle.session.checkpoints_location, runner.counters)
+            handle.tracker.log_models(trained, register_as)
         return reason

@@ -19,7 +19,7 @@ removes; loading checks every size and hash against the record.
 
 A checkpoint whose files are missing or differ from its record raises
 :class:`DamagedCheckpointError` when loaded; a resume then tries the next older committed one
-(:func:`committed_checkpoints`, :meth:`digideep.pipeline.runner_state.RunnerStateMixin.resume`).
+(:func:`committed_checkpoints`, :func:`digideep.pipeline.resuming.resume`).
 
 Retention keeps the newest ``keep`` checkpoints plus the one with the best test return; it deletes
 the others oldest first, each by its record first, so a checkpoint is committed whole or not at all

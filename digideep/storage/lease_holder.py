@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BOOT_ID", "dead_here", "this_process"]
+__all__ = ["BOOT_ID", "dead_here", "describe_holder", "this_process"]
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 """This boot's id: a pid names the same process only within one boot."""
@@ -55,6 +55,14 @@ def dead_here(record: dict[str, Any]) -> bool:
         return True
     except (OSError, ValueError, IndexError):  # unreadable: not proven
         return False
+
+
+def describe_holder(record: dict[str, Any]) -> str:
+    """The holder of a lease record in words: ``host h (flow run r, pid p)``."""
+    return (
+        f"host {record.get('host', '?')} (flow run {record.get('flow_run_id') or 'none'}, "
+        f"pid {record.get('pid', '?')})"
+    )
 
 
 def _start_time(pid: int) -> int:

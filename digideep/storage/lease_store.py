@@ -26,6 +26,7 @@ __all__ = [
     "LeaseStore",
     "S3LeaseStore",
     "Stored",
+    "encode_record",
     "store_for",
 ]
 
@@ -184,3 +185,8 @@ def store_for(url: str, timeout: float = 5.0) -> LeaseStore:
     raise UsageError(
         f"session leases on {scheme}:// URLs are not supported yet ({url}); use s3:// or a local path"
     )
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A lease record as it is stored: JSON with sorted keys."""
+    return json.dumps(record, sort_keys=True).encode()

@@ -53,8 +53,8 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
-from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
+from digideep.tracking.artifacts import RunArtifacts
 from digideep.tracking.failures import TrackingUnavailableError, http_limits, one_line
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.model import log_policy_models
@@ -76,8 +76,6 @@ __all__ = ["DEFAULT_CURVE_METRICS", "MlflowTracker", "TrackingUnavailableError",
 log = logging.getLogger(__name__)
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
-CHECKPOINT_ARTIFACTS = "checkpoints"
-"""The run's artifact folder of checkpoints: ``checkpoints/checkpoint-<iteration>/``."""
 _RUN_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
@@ -170,7 +168,7 @@ class MlflowTracker:
         self._sender: BackgroundSender | None = None
         self._uploader: JournalUploader | None = None
         self._last_flush = -math.inf  # the first call sends at once
-        self._delete_checkpoints = True  # off once the artifact store says it cannot delete
+        self._artifacts: RunArtifacts | None = None
 
     @property
     def sent_values(self) -> int:
@@ -232,6 +230,7 @@ class MlflowTracker:
             self.enabled = False
             return None
         self._uploader = JournalUploader(self._client, self.run_id, self.journal)
+        self._artifacts = RunArtifacts(self._client, self.run_id, self.uri, self.session_path)
         self._sender = BackgroundSender(
             self._uploader.send_pending,
             asynchronous=self.asynchronous,
@@ -322,37 +321,27 @@ class MlflowTracker:
         return self._uploader.pending() == 0
 
     def log_artifacts(self, path: str | Path, artifact_path: str | None = None) -> None:
-        """Copy a file or a folder's contents into the run's artifacts under ``artifact_path``.
-
-        Raises:
-            ValueError: ``path`` does not exist. Backend failures are logged, never raised.
-        """
-        if self._sender is None:
-            return
-        path = Path(path)
-        if not path.exists():
-            raise ValueError(f"log_artifacts: '{path}' does not exist; pass a file or folder the run wrote")
-        try:
-            if path.is_dir():
-                self._client.log_artifacts(self.run_id, str(path), artifact_path)
-            else:
-                self._client.log_artifact(self.run_id, str(path), artifact_path)
-        except Exception as error:
-            log.warning("could not log artifact %s to %s: %s", path, self.uri, one_line(error))
+        """Copy a file or a folder's contents into the run's artifacts under ``artifact_path``
+        (:meth:`~digideep.tracking.artifacts.RunArtifacts.log`: a missing ``path`` raises ValueError)."""
+        if self._sender is not None:
+            self._artifacts.log(path, artifact_path)
 
     def log_checkpoint(self, checkpoint_path: str | Path, kept: Collection[str] | None = None) -> None:
-        """Log a checkpoint folder's files under ``checkpoints/<folder name>/``; keep what the session keeps.
+        """Log a checkpoint folder's files under ``checkpoints/<folder name>/``; keep what the session
+        keeps (:meth:`~digideep.tracking.artifacts.RunArtifacts.log_checkpoint`)."""
+        if self._sender is not None:
+            self._artifacts.log_checkpoint(checkpoint_path, kept)
 
-        Args:
-            checkpoint_path: the local checkpoint folder (or a local copy of one on object storage).
-            kept: the names of the checkpoint folders the session keeps after its retention
-                (``checkpoint-<iteration>``); the run's other ``checkpoints/`` artifacts are deleted,
-                so MLflow holds the same checkpoints as the session. None keeps every one.
-        """
-        name = Path(checkpoint_path).name
-        self.log_artifacts(checkpoint_path, f"{CHECKPOINT_ARTIFACTS}/{name}")
-        if kept is not None and self._sender is not None and self._delete_checkpoints:
-            self._drop_checkpoints({*kept, name})
+    def log_learning_curve(
+        self, metrics: Sequence[str] = DEFAULT_CURVE_METRICS, filename: str = "learning_curve.png"
+    ) -> Path | None:
+        """Send every metric, then plot the run's histories of ``metrics`` and log the PNG under
+        ``plots/`` (:meth:`~digideep.tracking.artifacts.RunArtifacts.log_learning_curve`); return its
+        local path, or None when tracking is off or the run has none of ``metrics``."""
+        if self._sender is None:
+            return None
+        self.flush(wait=True)
+        return self._artifacts.log_learning_curve(metrics, filename)
 
     def log_models(self, checkpoints: Mapping[str, Any], register_as: str | None = None) -> dict[str, str]:
         """Log a finished run's policies (``{"final"|"best": checkpoint folder}``) as MLflow models.
@@ -363,64 +352,6 @@ class MlflowTracker:
         if not self.active or not self.run_id:
             return {}
         return log_policy_models(MlflowClient(self.uri), self.run_id, dict(checkpoints), register_as)
-
-    def _drop_checkpoints(self, kept: set[str]) -> None:
-        """Delete the run's ``checkpoints/<name>`` artifacts whose name is not in ``kept``.
-
-        A store whose artifact repository cannot delete (MLflow raises NotImplementedError) keeps
-        every checkpoint: one warning, and no more tries in this run.
-        """
-        try:
-            logged = self._client.list_artifacts(self.run_id, CHECKPOINT_ARTIFACTS)
-            dropped = [f.path for f in logged if f.is_dir and Path(f.path).name not in kept]
-            if not dropped:
-                return
-            repository = get_artifact_repository(
-                self._client.get_run(self.run_id).info.artifact_uri, tracking_uri=self.uri
-            )
-            for path in dropped:
-                repository.delete_artifacts(path)
-                log.debug("deleted the artifacts %s of run %s (the session removed it)", path, self.run_id)
-        except NotImplementedError:
-            self._delete_checkpoints = False
-            log.warning(
-                "the artifact store of MLflow run %s cannot delete; it keeps every checkpoint logged",
-                self.run_id,
-            )
-        except Exception as error:  # tried again at the next checkpoint
-            log.warning("could not delete old checkpoints of run %s: %s", self.run_id, one_line(error))
-
-    def log_learning_curve(
-        self, metrics: Sequence[str] = DEFAULT_CURVE_METRICS, filename: str = "learning_curve.png"
-    ) -> Path | None:
-        """Plot the run's histories of ``metrics`` (those it has) and log the PNG under ``plots/``.
-
-        The PNG is written to the session folder (or a temporary folder without one) and uploaded
-        with ``log_artifacts``. Kept against ``MlflowClient.log_figure``: that call saves the figure to
-        a temporary file and uploads it the same way, but the PNG would then not stay in the session,
-        where ``digideep runs sync`` and offline users find it.
-
-        Returns:
-            The PNG's local path, or None when tracking is off or the run has none of ``metrics``.
-        """
-        if self._sender is None:
-            return None
-        from digideep.tracking.runs import write_run_curves  # matplotlib only when needed
-
-        self.flush(wait=True)
-        folder = (
-            self.session_path
-            if self.session_path is not None
-            else Path(tempfile.mkdtemp(prefix="digideep-curve-"))
-        )
-        try:
-            png = write_run_curves(self._client, self.run_id, metrics, folder / filename)
-        except Exception as error:
-            log.warning("could not plot the learning curve of run %s: %s", self.run_id, one_line(error))
-            return None
-        if png is not None:
-            self.log_artifacts(png, "plots")
-        return png
 
     # -- end -----------------------------------------------------------------------------------
     def finish(self, status: str = "FINISHED") -> None:

@@ -97,7 +97,7 @@ class Reinforce(AgentBase):
 
     Args:
         name: the agent's name (its key in the env's Dict action space and in trajectory keys).
-        session: the running Session (its ``device`` is used).
+        session: what picks the agent's device (the run's ``DeviceChoice``, see ``AgentBase``).
         observation_space: the single-env observation space (a Box or a Dict of Boxes).
         action_space: this agent's Discrete action space.
         lr: Adam learning rate.

@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from digideep.pipeline.devices import set_torch_threads
+from digideep.pipeline.devices import DeviceChoice, set_torch_threads
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 
@@ -57,9 +57,9 @@ def make_runner(root: Path, params: dict[str, Any], device: str = "cpu") -> Runn
     """A Runner in a fresh session under ``root`` (close it with :func:`close`) whose agents run on
     ``device``, with the params' ``torch_threads`` as ``digideep train`` runs it: the process's thread
     count changes what a seed learns (torch's CPU kernels split their sums by thread)."""
-    session = Session(root=root, name="run", device=device)
+    session = Session(root=root, name="run")
     set_torch_threads(params.get("session", {}).get("torch_threads"))
-    return Runner(session, params, modes=tuple(params["explorer"]))
+    return Runner(session, params, devices=DeviceChoice(device), modes=tuple(params["explorer"]))
 
 
 def iterate(runner: Runner, iterations: int) -> list[dict[str, float]]:

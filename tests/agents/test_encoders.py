@@ -16,6 +16,8 @@ from digideep.agents.encoders import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.errors import UsageError
+from digideep.pipeline.devices import DeviceChoice
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from tests.agents.runner_setup import close, iterate, make_runner, shipped_params, small_params
@@ -79,8 +81,8 @@ def assert_resume_is_exact(tmp_path: Path, params: dict[str, Any], before: int) 
     finally:
         close(runner)
     assert expected_metrics, "the iteration after the checkpoint made gradient steps"
-    session = Session(root=tmp_path / "straight", name="run", resume=True, device="cpu")
-    resumed = Runner.from_checkpoint(session, Path(checkpoint), modes=("train",))
+    session = Session(root=tmp_path / "straight", name="run", resume=True)
+    resumed = from_checkpoint(session, Path(checkpoint), devices=DeviceChoice("cpu"), modes=("train",))
     try:
         assert iterate(resumed, 1)[0] == expected_metrics
         state = tensors(resumed.agents["agent"].state_dict())

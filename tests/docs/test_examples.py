@@ -10,7 +10,9 @@ import torch
 
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.memory import RolloutMemory, check_nan, drop_final_prestep, inspect_shapes
+from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.params import apply_cpanel
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
@@ -76,7 +78,7 @@ def test_example_trains_checkpoints_and_resumes_exactly(tmp_path):
 
     # reload the middle checkpoint and train the last two iterations again: the same numbers
     session = Session(root=tmp_path, name="reinforce", resume=True)
-    resumed = Runner.from_checkpoint(session, checkpoints[0].path)
+    resumed = from_checkpoint(session, checkpoints[0].path)
     try:
         assert resumed.counters.iteration == 2
         assert resumed.train() == "finished"
@@ -111,8 +113,7 @@ def test_debug_units_inject_into_the_example_sampler(tmp_path, caplog):
     """What docs/samplers.md shows: inspect_shapes and check_nan inserted into an agent's sampler."""
     env = small_params()["env"]
     observation_space, action_space = MakeEnvironment(**env).spaces()
-    with Session(root=tmp_path, name="units") as session:
-        agent = Reinforce("agent", session, observation_space, action_space["agent"])
+    agent = Reinforce("agent", DeviceChoice(), observation_space, action_space["agent"])
     sampler = agent.sampler
     sampler.insert(sampler.units.index(drop_final_prestep) + 1, check_nan)  # after the NaN row is gone
     sampler.insert(len(sampler.units), inspect_shapes)
@@ -203,8 +204,8 @@ def test_the_redq_example_trains_in_every_update_mode_and_precision(tmp_path, mo
     )
     params["agents"]["agent"]["args"]["precision"] = precision
     params["tracking"] = {"enabled": False}
-    session = Session(root=tmp_path, name="redq", device="cuda" if mode == "cudagraphs" else "cpu")
-    runner = Runner(session, params)
+    session = Session(root=tmp_path, name="redq")
+    runner = Runner(session, params, devices=DeviceChoice("cuda" if mode == "cudagraphs" else "cpu"))
     try:
         agent = runner.agents["agent"]
         assert isinstance(agent, REDQ) and agent.update_mode == mode and agent.precision == precision

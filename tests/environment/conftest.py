@@ -21,7 +21,7 @@ TEST_ENVS = "tests.environment.envs"
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[Session]:
-    session = Session(root=tmp_path, name="t", device="cpu")
+    session = Session(root=tmp_path, name="t")
     yield session
     session.close()
 

@@ -273,6 +273,8 @@ def test_the_cpanel_device_knob_is_checked_in_one_line_before_anything_is_writte
 def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatch):
     from mlflow import MlflowClient
 
+    from digideep.pipeline.devices import DeviceChoice
+    from digideep.pipeline.params import write_params
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
     from digideep.pipeline.training import RunHandle, run_training
@@ -283,10 +285,11 @@ def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatc
     params = shipped_params("pendulum_sac", **SMALL_SAC)
     params["runner"]["stats_interval"] = 0.05  # seconds between samples: several in a short run
     params["tracking"] = {"enabled": True}
-    session = Session(root=tmp_path, name="s", device="cuda")
-    session.write_params("params.pendulum_sac", SMALL_SAC, params)
+    session = Session(root=tmp_path, name="s")
+    write_params(session, "params.pendulum_sac", SMALL_SAC, params)
     tracker = open_tracker(session.path, session.info(), params, SMALL_SAC, record=session.update_info)
-    run_training(RunHandle(session, Runner(session, params, tracker=tracker), tracker, None))
+    runner = Runner(session, params, devices=DeviceChoice("cuda"), tracker=tracker)
+    run_training(RunHandle(session, runner, tracker, None))
     run_id = json.loads((tmp_path / "s" / "session.json").read_text())["mlflow_run_id"]
     names = set(MlflowClient(mlflow_uri).get_run(run_id).data.metrics)
     assert {"system/gpu0/util_percent", "system/gpu0/mem_used_gb"} <= names, sorted(names)

@@ -13,7 +13,9 @@ import torch
 
 from digideep.errors import UsageError
 from digideep.pipeline.counters import Counters
+from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.reporting import Progress, progress_line
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
@@ -40,8 +42,8 @@ TEST_RETURN = "/explore/test/episode_return"
 def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     """A checkpoint written before ``last_test_return`` was a counter resumes with it unknown (NaN)."""
     params = shipped_params("pendulum_sac", **{**TINY_SAC, "number_epochs": 2})
-    session = Session(root=tmp_path, name="run", device="cpu")
-    runner = Runner(session, params)
+    session = Session(root=tmp_path, name="run")
+    runner = Runner(session, params, devices=DeviceChoice("cpu"))
     try:
         assert runner.train() == "finished"
     finally:
@@ -69,8 +71,8 @@ def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     (first.path / COMMIT_FILE).write_text(json.dumps(record))
     assert load_checkpoint(first.path)[1]["counters"] == old_counters
 
-    session = Session(root=tmp_path, name="run", resume=True, device="cpu")
-    resumed = Runner.from_checkpoint(session, first.path)
+    session = Session(root=tmp_path, name="run", resume=True)
+    resumed = from_checkpoint(session, first.path, devices=DeviceChoice("cpu"))
     try:
         assert math.isnan(resumed.counters.last_test_return)
         assert resumed.counters.best_test_return == old_counters["best_test_return"]

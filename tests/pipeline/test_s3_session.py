@@ -55,17 +55,19 @@ def sac_params() -> dict:
 
 
 def test_a_session_on_s3_keeps_every_file_in_the_bucket(s3, s3_bucket, in_tmp):
+    from digideep.pipeline.devices import DeviceChoice
+    from digideep.pipeline.params import write_params
     from digideep.pipeline.runner import Runner
 
     root = f"s3://{s3_bucket}/sessions"
-    session = Session(root=root, name="run", device="cpu")
+    session = Session(root=root, name="run")
     run_log = RunLog(session.log_path)  # as open_run attaches it
     assert (
         session.url == f"{root}/run"
         and session.memory_location("train").url == f"{root}/run/memory/train.zarr"
     )
-    session.write_params("params.demo", {"seed": 0}, sac_params())
-    runner = Runner(session, sac_params(), modes=("train",))
+    write_params(session, "params.demo", {"seed": 0}, sac_params())
+    runner = Runner(session, sac_params(), devices=DeviceChoice("cpu"), modes=("train",))
     iterate(runner, 2)
     first = runner.checkpoint()
     iterate(runner, 1)
@@ -96,8 +98,8 @@ def test_a_session_on_s3_keeps_every_file_in_the_bucket(s3, s3_bucket, in_tmp):
     assert loaded_info["iteration"] == 3 and loaded["counters"]["iteration"] == 3
 
     with pytest.raises(UsageError, match=rf"session '{root}/run' already exists"):
-        Session(root=root, name="run", device="cpu")
-    reopened = Session(root=root, name="run", resume=True, device="cpu")
+        Session(root=root, name="run")
+    reopened = Session(root=root, name="run", resume=True)
     try:
         assert reopened.is_done and reopened.info()["version"]
         assert (reopened.path / "metrics.jsonl").read_bytes() == journal  # downloaded for the rewind

@@ -7,25 +7,12 @@ import subprocess
 import sys
 import threading
 
-import gymnasium as gym
-import numpy as np
 import pytest
-import torch
 
-from digideep.agents.ddpg import DDPG
-from digideep.agents.ppo import PPO
-from digideep.agents.sac import SAC
-from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
-from digideep.pipeline.devices import (
-    auto_device,
-    available_devices,
-    configure_determinism,
-    requested_determinism,
-)
+from digideep.pipeline.params import write_params
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.session import Session
-from tests.helpers import CUDA
 
 
 def test_new_session_creates_its_layout_and_files(tmp_path):
@@ -33,14 +20,12 @@ def test_new_session_creates_its_layout_and_files(tmp_path):
         Session(root=tmp_path, name="s1", params_name="params.demo") as session,
         RunLog(session.log_path),
     ):
-        session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
+        write_params(session, "params.demo", {"seed": 0}, {"runner": {"seed": 0}})
         logging.getLogger("digideep.test").warning("hello log file")
         assert (session.path / "checkpoints").is_dir() and session.videos_path.is_dir()
         assert session.memory_location("train").local == tmp_path / "s1" / "memory" / "train.zarr"
         assert json.loads((session.path / "params.json").read_text()) == {"runner": {"seed": 0}}
         assert session.info()["params_module"] == "params.demo"
-        assert session.device_request == "auto"
-        assert session.device.type == ("cuda" if CUDA else "cpu")
     assert "hello log file" in (tmp_path / "s1" / "log.txt").read_text()
     with Session(root=tmp_path, name="s1", resume=True):  # closing released the lock
         pass
@@ -93,118 +78,6 @@ def test_done_marker(tmp_path):
         assert session.is_done
 
 
-VECTOR = gym.spaces.Box(-1, 1, (3,), np.float32)
-IMAGE = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-ACTIONS = gym.spaces.Box(-1, 1, (2,), np.float32)
-
-
-@pytest.mark.parametrize(
-    ("agent_class", "observations", "expected"),
-    [
-        (SAC, VECTOR, "cuda"),
-        (TD3, VECTOR, "cuda"),
-        (DDPG, VECTOR, "cuda"),
-        (PPO, VECTOR, "cpu"),
-        (PPO, gym.spaces.Dict({"camera": IMAGE, "joints": VECTOR}), "cuda"),
-    ],
-    ids=["sac", "td3", "ddpg", "ppo-mlp", "ppo-images"],
-)
-def test_auto_puts_off_policy_and_cnn_agents_on_cuda_and_small_on_policy_mlps_on_the_cpu(
-    agent_class, observations, expected
-):
-    agent = agent_class("agent", None, VECTOR, ACTIONS)  # built on the CPU; only its kind matters
-    device, why = auto_device(agent, observations, cuda_available=True)
-    assert device.type == expected and why
-    assert auto_device(agent, observations, cuda_available=False)[0].type == "cpu"
-
-
-def test_an_agent_class_can_state_its_auto_device():
-    class CpuSAC(SAC):
-        auto_device = "cpu"
-
-    device, why = auto_device(CpuSAC("agent", None, VECTOR, ACTIONS), VECTOR, cuda_available=True)
-    assert device.type == "cpu" and "auto_device" in why
-
-
-def test_each_agent_logs_its_device_and_why(tmp_path, caplog):
-    with (
-        caplog.at_level(logging.INFO, logger="digideep.pipeline.devices"),
-        Session(root=tmp_path, name="s", device="auto") as session,
-    ):
-        sac = SAC("agent", session, VECTOR, ACTIONS)
-        ppo = PPO("other", session, VECTOR, ACTIONS)
-    assert sac.device.type == ("cuda" if CUDA else "cpu") and ppo.device.type == "cpu"
-    assert next(p.device for p in ppo.policy.parameters()).type == "cpu"
-    lines = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith(f"agent 'agent' (SAC) on {sac.device}: auto: ") for line in lines), lines
-    assert any(line.startswith("agent 'other' (PPO) on cpu: auto: ") for line in lines), lines
-
-
-def test_an_explicit_device_puts_every_agent_there(tmp_path):
-    with Session(root=tmp_path, name="s", device="cpu") as session:
-        assert SAC("agent", session, VECTOR, ACTIONS).device == torch.device("cpu")
-
-
-@pytest.mark.parametrize(
-    ("device", "message"),
-    [
-        pytest.param(
-            "cuda",
-            "has no usable CUDA device",
-            marks=pytest.mark.skipif(CUDA, reason="this machine has CUDA"),
-        ),
-        ("cuda:99", "devices here: " + ", ".join(available_devices())),
-        ("gpu", "is not one of auto, cpu, cuda, cuda:N"),
-    ],
-)
-def test_a_device_that_does_not_exist_is_refused_before_anything_is_written(tmp_path, device, message):
-    with pytest.raises(UsageError, match=message):
-        Session(root=tmp_path, name="s", device=device)
-    assert not (tmp_path / "s").exists()
-    with Session(root=tmp_path, name="t") as session, pytest.raises(UsageError, match=message):
-        session.configure_device(device)  # session.device of the params tree
-
-
-def test_the_command_line_device_wins_over_the_params(tmp_path):
-    with Session(root=tmp_path, name="s", device="cpu") as session:  # --device cpu
-        session.configure_device("cuda:99")  # overridden: not even checked
-        assert session.device_request == "cpu"
-    with Session(root=tmp_path, name="t") as session:
-        session.configure_device("cpu")
-        assert session.device_request == "cpu"
-    with Session(root=tmp_path, name="u") as session:
-        session.configure_device(None)
-        assert session.device_request == "auto"
-
-
-def test_deterministic_mode_is_the_command_line_flag_or_the_params(tmp_path):
-    with Session(root=tmp_path, name="s", deterministic=True) as session:
-        assert session.deterministic
-    with Session(root=tmp_path, name="t") as session:
-        assert not session.deterministic
-    assert requested_determinism(True, None) and requested_determinism(True, False)
-    assert requested_determinism(False, True)
-    assert not requested_determinism(False, None) and not requested_determinism(False, False)
-
-
-@pytest.fixture
-def restore_determinism():
-    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
-    yield
-    torch.use_deterministic_algorithms(before[0])
-    torch.backends.cudnn.benchmark = before[1]
-
-
-def test_deterministic_mode_sets_torch_and_cublas(monkeypatch, restore_determinism):
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    configure_determinism(False)
-    assert not torch.are_deterministic_algorithms_enabled()
-    configure_determinism(True)
-    assert torch.are_deterministic_algorithms_enabled()
-    assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
-    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-
-
 def test_reading_a_session_in_use_leaves_its_lock_alone(tmp_path):
     with Session(root=tmp_path, name="s") as holder:
         with Session(root=tmp_path, name="s", resume=True, lock=False) as reader:  # play a checkpoint
@@ -242,7 +115,7 @@ def test_discard_deletes_a_new_session_and_the_empty_folders_made_for_it(tmp_pat
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "keep.txt").write_text("")
     session = Session(root=tmp_path / "data" / "sessions" / "more", name="s")
-    session.write_params("params.demo", {"seed": 0}, {"runner": {"seed": 0}})
+    write_params(session, "params.demo", {"seed": 0}, {"runner": {"seed": 0}})
     session.discard()
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["keep.txt"]
     Session(root=tmp_path / "data" / "sessions" / "more", name="s").close()  # the name is free again

@@ -28,7 +28,7 @@ def _start(root, name, resume, barrier, results, failures):
         barrier.wait(timeout=120)
         session = None
         try:
-            session = Session(root=root, name=name, resume=resume, device="cpu")
+            session = Session(root=root, name=name, resume=resume)
             results.put(("held", os.getpid()))
         except UsageError as error:
             results.put(("refused", str(error)))
@@ -91,5 +91,5 @@ def test_exactly_one_of_eight_simultaneous_starters_holds_the_session(tmp_path, 
         reason = "already exists" if case == "new" else "is in use by"
         for message in refused:
             assert "\n" not in message and f"session '{folder}' {reason}" in message
-        with Session(root=tmp_path, name=name, resume=True, device="cpu"):  # released at the end
+        with Session(root=tmp_path, name=name, resume=True):  # released at the end
             pass

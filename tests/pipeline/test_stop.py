@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from digideep.pipeline.devices import DeviceChoice
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import signal_reason
@@ -41,8 +43,8 @@ DIGIDEEP = str(Path(sys.executable).with_name("digideep"))
 def test_a_stop_mid_epoch_saves_the_partial_epoch_without_logging_it(tmp_path):
     """The resumed run logs the epoch whole at its end, as a run never stopped does."""
     params = shipped_params("pendulum_sac", **{**SMALL_SAC, "epoch_size": 4, "number_epochs": 2})
-    session = Session(root=tmp_path, name="run", device="cpu")
-    runner = Runner(session, params)
+    session = Session(root=tmp_path, name="run")
+    runner = Runner(session, params, devices=DeviceChoice("cpu"))
     stages: list[str] = []
 
     def call(stage, function):
@@ -62,8 +64,9 @@ def test_a_stop_mid_epoch_saves_the_partial_epoch_without_logging_it(tmp_path):
     assert stages[-1] == "checkpoint" and runner.counters.last_checkpoint == 6
     assert runner.counters.last_log_frames == 4 * SMALL_SAC["n_steps"]
 
-    session = Session(root=tmp_path, name="run", resume=True, device="cpu")
-    resumed = Runner.from_checkpoint(session, latest_checkpoint(session.checkpoints_location).path)
+    session = Session(root=tmp_path, name="run", resume=True)
+    newest = latest_checkpoint(session.checkpoints_location).path
+    resumed = from_checkpoint(session, newest, devices=DeviceChoice("cpu"))
     try:  # the checkpoint kept the half epoch's sums: the resumed run logs the whole epoch
         assert resumed.monitor.summary() == partial
     finally:

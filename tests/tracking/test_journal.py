@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from digideep.main import cli
+from digideep.pipeline.params import write_params
 from digideep.pipeline.session import Session
 from digideep.pipeline.training import open_run
 from digideep.tracking.journal import MetricsJournal
@@ -113,7 +114,7 @@ def _offline_session(root: Path) -> Session:
     """A session that trained two steps with tracking off and finished (journal, params, done.json)."""
     session = Session(root=root, name="offline", params_name="demo")
     params = {"runner": {"number_epochs": 1}, "tracking": {"enabled": False}}
-    session.write_params("params.demo", {"seed": 0}, params)
+    write_params(session, "params.demo", {"seed": 0}, params)
     journal = MetricsJournal(session.path / "metrics.jsonl")
     for step in (10, 20):
         journal.append(step, {"explore/train/episode_return": step * 1.5, "charts/iteration": step / 10})

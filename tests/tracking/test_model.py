@@ -24,7 +24,8 @@ from mlflow import MlflowClient
 
 from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
-from digideep.pipeline.runner import Runner
+from digideep.pipeline.devices import DeviceChoice
+from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.session import Session
 from digideep.storage.location import Location
 from digideep.tracking.model import build_policy
@@ -65,8 +66,8 @@ np.savez(sys.argv[4], **out)
 
 def checkpoint_actions(sessions: Path, name: str, checkpoint: Path, obs: np.ndarray) -> np.ndarray:
     """What the checkpoint's agent does with ``obs``: the test explorer's normaliser, then the agent."""
-    session = Session(root=sessions, name=name, resume=True, lock=False, device="cpu")
-    runner = Runner.from_checkpoint(session, checkpoint, modes=("test",))
+    session = Session(root=sessions, name=name, resume=True, lock=False)
+    runner = from_checkpoint(session, checkpoint, devices=DeviceChoice("cpu"), modes=("test",))
     try:
         explorer = runner.explorers["test"]
         normalizer = next(

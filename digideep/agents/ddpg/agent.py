@@ -19,7 +19,7 @@ class DDPG(TD3):
 
     Args:
         name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
-        session: the run's Session (device, paths).
+        session: what picks the agent's device (:class:`~digideep.agents.base.AgentSession`).
         observation_space: the single-environment observation space.
         action_space: this agent's action space.
         lr: learning rate of actor and critic (SB3: 1e-3; the DDPG paper: 1e-4 actor, 1e-3 critic).

@@ -50,7 +50,7 @@ class PPO(AgentBase):
 
     Args:
         name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
-        session: the run's Session (device, paths).
+        session: what picks the agent's device (:class:`~digideep.agents.base.AgentSession`).
         observation_space: the single-environment observation space.
         action_space: this agent's action space.
         lr: Adam learning rate (3e-4 in SB3 and CleanRL).

@@ -39,7 +39,7 @@ class SAC(OffPolicyAgent):
 
     Args:
         name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
-        session: the run's Session (device, paths).
+        session: what picks the agent's device (:class:`~digideep.agents.base.AgentSession`).
         observation_space: the single-environment observation space.
         action_space: this agent's action space.
         lr: learning rate of actor, critics and temperature (SB3: one ``learning_rate``, 3e-4).

@@ -39,7 +39,7 @@ class TD3(OffPolicyAgent):
 
     Args:
         name: the agent's name (its key in the trajectory, ``/agents/<name>/...``).
-        session: the run's Session (device, paths).
+        session: what picks the agent's device (:class:`~digideep.agents.base.AgentSession`).
         observation_space: the single-environment observation space.
         action_space: this agent's action space.
         lr: learning rate of actor and critics (CleanRL 3e-4; SB3 1e-3).

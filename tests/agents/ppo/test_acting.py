@@ -194,6 +194,8 @@ def test_the_log_prob_formula_is_normals() -> None:
 
 def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp_path) -> None:
     """Pendulum (NumPy acting, flat buffer): 4 iterations straight == 2, checkpoint, new Runner, 2 more."""
+    from digideep.pipeline.devices import DeviceChoice
+    from digideep.pipeline.resuming import from_checkpoint
     from digideep.pipeline.runner import Runner
     from digideep.pipeline.session import Session
     from digideep.storage.checkpoint import find_checkpoints
@@ -203,8 +205,8 @@ def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp
     params["runner"].update({"number_epochs": 4, "save_interval": 2})
     finals = {}
     for name in ("straight", "killed"):
-        session = Session(root=tmp_path / name, name="run", device="cpu")
-        runner = Runner(session, params)
+        session = Session(root=tmp_path / name, name="run")
+        runner = Runner(session, params, devices=DeviceChoice("cpu"))
         try:
             if name == "straight":
                 assert runner.train() == "finished"
@@ -216,8 +218,9 @@ def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp
         finally:
             runner.close()
             session.close()
-        session = Session(root=tmp_path / name, name="run", resume=True, device="cpu")
-        resumed = Runner.from_checkpoint(session, find_checkpoints(session.checkpoints_location)[-1].path)
+        session = Session(root=tmp_path / name, name="run", resume=True)
+        newest = find_checkpoints(session.checkpoints_location)[-1].path
+        resumed = from_checkpoint(session, newest, devices=DeviceChoice("cpu"))
         try:
             assert resumed.counters.iteration == 2
             assert resumed.train() == "finished"
