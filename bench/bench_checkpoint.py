@@ -24,7 +24,7 @@ Then, in the same process:
 Checkpoints are split into ``flush`` (Memory.flush of the dirty rows), ``collect`` (the runner's
 ``state_dict()`` and ``runner_info()``), ``write`` (``save_checkpoint``: runner.json + states.pt,
 fsynced, atomic rename) and ``retention``; resumes into ``read`` (``load_checkpoint``), ``build``
-(envs, networks), ``memory`` (``restore_memory``: Zarr -> RAM ring) and the rest (loading agent,
+(envs, networks), ``memory`` (``Memory.prepare_restore``: Zarr -> RAM ring) and the rest (loading agent,
 explorer and RNG states). The parts are timed by wrapping those functions in this process only.
 Figures are medians over the rounds (best in brackets): the 2-core machine is shared with other
 jobs, so single timings vary by 2x. The goal: a save must not stall training for longer than one
@@ -87,6 +87,7 @@ if __package__ in (None, ""):  # run as a script: the repository (digideep, test
 
 from common import machine
 
+from digideep.memory import Memory
 from digideep.pipeline import checkpointing, components, resuming
 from digideep.pipeline import runner as runner_module
 from digideep.pipeline.devices import set_torch_threads
@@ -122,13 +123,13 @@ class Parts:
 
 @contextlib.contextmanager
 def patched(target: Any, name: str, parts: Parts, label: str) -> Iterator[None]:
-    """Replace ``target.name`` (a module function or an instance method) by a timed wrapper."""
+    """Replace ``target.name`` (a module function, a class's method or an instance's) by a timed wrapper."""
     original = getattr(target, name)
     setattr(target, name, parts.wrap(label, original))
     try:
         yield
     finally:
-        if isinstance(target, types.ModuleType):  # a module: put the function back
+        if isinstance(target, types.ModuleType | type):  # a module or a class: put the original back
             setattr(target, name, original)
         else:  # an instance: drop the attribute so the class method shows through again
             delattr(target, name)
@@ -143,7 +144,7 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
         stack.enter_context(patched(runner.state, "state_dict", parts, "collect"))
         stack.enter_context(patched(runner, "runner_info", parts, "collect"))
         stack.enter_context(patched(checkpointing, "write_checkpoint", parts, "write"))
-        stack.enter_context(patched(runner.session, "upload", parts, "upload"))
+        stack.enter_context(patched(runner.uploads, "upload", parts, "upload"))
         stack.enter_context(patched(checkpointing, "apply_retention", parts, "retention"))
         start = time.perf_counter()
         runner.checkpoint()
@@ -157,7 +158,7 @@ def timed_resume(root: Path | str, name: str) -> tuple[float, dict[str, float], 
     with contextlib.ExitStack() as stack:
         stack.enter_context(patched(resuming, "load_checkpoint", parts, "read"))
         stack.enter_context(patched(components, "build", parts, "build"))
-        stack.enter_context(patched(components, "restore_memory", parts, "memory"))
+        stack.enter_context(patched(Memory, "prepare_restore", parts, "memory"))
         start = time.perf_counter()
         session = Session(root=root, name=name, resume=True)
         newest = resuming.resume_checkpoint(session)
