@@ -111,9 +111,12 @@ class DeviceUniformTransitions(Sampler):
     from the numpy generator, the same way on every resume.
 
     Args:
-        batch_size, num_batches, keys, units: as :class:`UniformTransitions`.
+        batch_size: transitions per batch.
+        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
+        keys: keys to read; ``None`` reads every key.
         seed: seed of both generators.
         device: where indices are drawn, rows gathered and batches returned.
+        units: units run after the draw (transforms, debug units), on torch tensors.
     """
 
     def __init__(
