@@ -89,7 +89,7 @@ def fresh_agent(runner: Any, params: dict[str, Any]) -> Any:
     agent = runner.agents["agent"]
     return type(agent)(
         name="agent",
-        session=runner.session,
+        session=runner.devices,
         observation_space=agent.observation_space,
         action_space=agent.action_space,
         **params["agents"]["agent"]["args"],

@@ -122,9 +122,7 @@ class Runner:
         self.built = components.build(session, self.devices, params, modes=modes)
         self.agents = self.built.agents
         self.memories = self.built.memories
-        if (
-            session.remote
-        ):  # a host that lost the session's lease writes no memory chunk beside the new holder
+        if session.remote:  # a host that lost the session's lease writes no chunk beside the new holder
             for memory in self.memories.values():
                 memory.guard_writes(functools.partial(session.ensure_held, LEASE_MARGIN))
         self.explorers = self.built.explorers

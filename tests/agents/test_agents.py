@@ -71,7 +71,7 @@ def test_agent_learns_a_little_and_round_trips(tmp_path: Path, case: str) -> Non
         path = tmp_path / "agent.pt"
         torch.save(agent.state_dict(), path)
         state = torch.load(path, weights_only=True, map_location="cpu")
-        twin = cls("agent", runner.session, agent.observation_space, agent.action_space, **args)
+        twin = cls("agent", runner.devices, agent.observation_space, agent.action_space, **args)
         twin.load_state_dict(state)
         assert twin.updates == agent.updates
         for key, value in snapshot(agent).items():
@@ -108,7 +108,7 @@ def test_action_generator_contract(tmp_path: Path) -> None:
     finally:
         close(runner)
     ppo = runner.agents["agent"]
-    agent = SAC("agent", runner.session, ppo.observation_space, ppo.action_space)
+    agent = SAC("agent", runner.devices, ppo.observation_space, ppo.action_space)
     obs = np.zeros((4, 3), np.float32)
     out = agent.action_generator(obs, agent.initial_hidden_state(4), np.ones((4, 1), np.float32), False)
     assert out["actions"].shape == (4, 1) and out["actions"].dtype == np.float32
@@ -144,10 +144,10 @@ def test_replay_device_samples_tensors_on_the_agents_device_and_is_recorded(tmp_
         workers, rows = batch["/indices"][..., 0].numpy(), batch["/indices"][..., 1].numpy()
         np.testing.assert_array_equal(batch["/observations"].numpy(), memory["/observations"][workers, rows])
         assert runner.resolved_settings()["agents/agent/resolved/replay_device"] == "device"
-        host = SAC("agent", runner.session, agent.observation_space, agent.action_space)
+        host = SAC("agent", runner.devices, agent.observation_space, agent.action_space)
         assert (host.replay_device, type(host.sampler).__name__) == ("host", "UniformTransitions")
         with pytest.raises(UsageError, match="replay_device 'gpu' is not one of auto, host, device"):
-            SAC("agent", runner.session, agent.observation_space, agent.action_space, replay_device="gpu")
+            SAC("agent", runner.devices, agent.observation_space, agent.action_space, replay_device="gpu")
     finally:
         close(runner)
 

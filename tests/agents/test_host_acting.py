@@ -114,7 +114,7 @@ def test_the_copy_acts_with_the_weights_of_the_last_update_and_of_a_load(
         assert agent.acting_policy is copy  # refreshed in place, not rebuilt
 
         # a fresh agent that has acted once, then loads the trained state, acts as the trained one
-        fresh = cls("agent", runner.session, agent.observation_space, agent.action_space, **args)
+        fresh = cls("agent", runner.devices, agent.observation_space, agent.action_space, **args)
         fresh.action_generator(obs, hidden, masks, deterministic=True)
         fresh.load_state_dict(agent.state_dict())
         np.testing.assert_array_equal(
@@ -157,12 +157,12 @@ def test_where_the_agent_acts_is_checked_and_recorded(tmp_path: Path) -> None:
         assert agent.acting_device == "host" and agent.acting_policy is agent.policy
         assert runner.resolved_settings()["agents/agent/resolved/acting_device"] == "host"
         on_device = SAC(
-            "agent", runner.session, agent.observation_space, agent.action_space, acting_device="device"
+            "agent", runner.devices, agent.observation_space, agent.action_space, acting_device="device"
         )
         assert (on_device.acting_device, on_device.act_device.type) == ("device", "cpu")
         assert on_device.acting_policy is on_device.policy
         with pytest.raises(UsageError, match="acting_device 'gpu' is not one of auto, host, device"):
-            SAC("agent", runner.session, agent.observation_space, agent.action_space, acting_device="gpu")
+            SAC("agent", runner.devices, agent.observation_space, agent.action_space, acting_device="gpu")
     finally:
         close(runner)
 
