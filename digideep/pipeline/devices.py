@@ -10,11 +10,9 @@ A run asks for a device in one of three places, the first found wins:
 3. ``"auto"``.
 
 ``cpu``, ``cuda`` and ``cuda:N`` put every agent there. ``auto`` decides per agent
-(:func:`auto_device`), because a GPU does not help every agent. Measured on one H100 against the
-16-core CPU of the same machine (issue 20): PPO with small MLPs collected 846 frames/s on the GPU and
-2,334 on the CPU (a few small matrix products per step cost more in kernel launches and host-device
-copies than they save), while SAC made 191 gradient steps/s on the GPU against about 125 on the CPU
-(hundreds of batched updates per iteration). So under ``auto``, with CUDA present:
+(:func:`auto_device`), because a GPU does not help every agent: a few small matrix products a step
+cost more in kernel launches and copies than they save, while hundreds of batched updates an
+iteration gain (docs/gpu.md gives the figures behind the rule). Under ``auto``, with CUDA present:
 
 - an agent class that sets ``auto_device = "cpu"`` or ``"cuda"`` gets that;
 - an agent with image observations (a CNN policy) gets CUDA;
