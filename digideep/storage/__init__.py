@@ -26,7 +26,8 @@ Modules
 :mod:`~digideep.storage.session_lock`
     The kernel lock of a local session folder, and the time to live of a URL session's lease.
 :mod:`~digideep.storage.lease`
-    The lease that holds a session on object storage, which a dead host loses by itself; its
-    record's store (:mod:`~digideep.storage.lease_store`, conditional writes) and its holder
+    The lease that holds a session on object storage, which a dead host loses by itself; the lease
+    once held (:mod:`~digideep.storage.held_lease`: renewal, loss, release), its record's store
+    (:mod:`~digideep.storage.lease_store`, conditional writes) and its holder
     (:mod:`~digideep.storage.lease_holder`, whether a process on this machine provably died).
 """

@@ -60,29 +60,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.storage.held_lease import LEASE_LOST_EXIT, Lease, LeaseLostError, exit_process
+from digideep.storage.held_lease import Lease
 from digideep.storage.lease_holder import dead_here, describe_holder, this_process
-from digideep.storage.lease_store import (
-    LEASE_FILE,
-    LeaseConflictError,
-    LeaseMissingError,
-    LeaseStore,
-    encode_record,
-    store_for,
-)
+from digideep.storage.lease_store import LeaseConflictError, LeaseMissingError, encode_record, store_for
 
-__all__ = [
-    "DEFAULT_CLOCK_SKEW",
-    "DEFAULT_TTL",
-    "LEASE_FILE",
-    "LEASE_LOST_EXIT",
-    "LEASE_MARGIN",
-    "Lease",
-    "LeaseLostError",
-    "LeaseStore",
-    "acquire_session_lease",
-    "exit_process",
-]
+__all__ = ["DEFAULT_CLOCK_SKEW", "DEFAULT_TTL", "LEASE_MARGIN", "acquire_session_lease"]
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from digideep.memory import DamagedMemoryError, LastChunk, Memory, RolloutMemory, UniformTransitions
-from digideep.storage.lease import LeaseLostError
+from digideep.storage.held_lease import LeaseLostError
 from digideep.storage.location import Location
 
 from .chunks import make_chunk

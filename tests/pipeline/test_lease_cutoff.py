@@ -8,7 +8,7 @@ takes the lease over and trains to the end. Then A's way to the store comes back
 stopped saying it lost the lease, and written nothing since: every object of the bucket is as B
 left it, and B's final state is bit-identical to a run never interrupted.
 
-Without the lease's expiry watchdog and the stop on loss (:func:`digideep.storage.lease.exit_process`)
+Without the lease's expiry watchdog and the stop on loss (:func:`digideep.storage.held_lease.exit_process`)
 this failed: A noticed the loss only when a hung renewal timed out (after B could take over), and
 its checkpoint, whose writes had passed ``ensure_held`` before the cut and hung, was retried when
 the network came back and committed after B's takeover.
@@ -29,7 +29,9 @@ import boto3
 import pytest
 
 from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.storage.lease import DEFAULT_CLOCK_SKEW, LEASE_FILE, LEASE_LOST_EXIT
+from digideep.storage.held_lease import LEASE_LOST_EXIT
+from digideep.storage.lease import DEFAULT_CLOCK_SKEW
+from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
 from digideep.storage.session_lock import LEASE_TTL_VARIABLE
 from tests.conftest import REPO

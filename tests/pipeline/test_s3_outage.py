@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.storage.lease import LEASE_FILE
+from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
 from digideep.storage.retry import RETRY_SECONDS_VARIABLE
 from tests.conftest import REPO

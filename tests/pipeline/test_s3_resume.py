@@ -21,7 +21,7 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
-from digideep.storage.lease import LEASE_FILE
+from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
 from digideep.storage.session_lock import LEASE_TTL_VARIABLE
 from tests.conftest import REPO

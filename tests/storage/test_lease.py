@@ -31,15 +31,10 @@ import boto3
 import pytest
 
 from digideep.errors import UsageError
-from digideep.storage.lease import (
-    DEFAULT_CLOCK_SKEW,
-    LEASE_FILE,
-    Lease,
-    LeaseLostError,
-    acquire_session_lease,
-)
+from digideep.storage.held_lease import Lease, LeaseLostError
+from digideep.storage.lease import DEFAULT_CLOCK_SKEW, acquire_session_lease
 from digideep.storage.lease_holder import this_process
-from digideep.storage.lease_store import store_for
+from digideep.storage.lease_store import LEASE_FILE, store_for
 from digideep.storage.retry import BOTOCORE_RETRIES
 from tests.s3 import StoreOutage, moto_server
 
