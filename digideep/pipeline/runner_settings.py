@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from digideep.errors import UsageError
@@ -46,17 +46,11 @@ class RunnerSettings:
         Raises:
             UsageError: ``$DIGIDEEP_MAX_ITERATIONS`` is set but not a positive integer.
         """
-        return cls(
-            number_epochs=settings["number_epochs"],
-            epoch_size=settings["epoch_size"],
-            test_interval=settings.get("test_interval", 1),
-            save_interval=settings.get("save_interval", 1),
-            keep_checkpoints=settings.get("keep_checkpoints", 3),
-            max_wall_time=settings.get("max_wall_time"),
-            max_iterations=_iteration_cap(settings.get("max_iterations")),
-            seed=settings.get("seed", 0),
-            stats_interval=settings.get("stats_interval", 5.0),
-        )
+        given = {field.name: settings[field.name] for field in fields(cls) if field.name in settings}
+        given["max_iterations"] = _iteration_cap(given.get("max_iterations"))
+        for required in ("number_epochs", "epoch_size"):  # no default: a KeyError names the missing one
+            given[required] = settings[required]
+        return cls(**given)
 
 
 def _iteration_cap(max_iterations: int | None) -> int | None:
