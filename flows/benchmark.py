@@ -12,7 +12,10 @@ a benchmark flow run that crashed and is retried (it keeps its flow-run id, henc
 the flow runs it started: finished cells are not run again, and a cell that failed, crashed or was
 cancelled is set back to Scheduled and runs again as the same flow run, resuming from its
 checkpoint (``flows/cells.py``, shared with the tune flow). An SB3 cell that finished is skipped; one
-that did not is trained again from the start (its unfinished MLflow run deleted).
+that did not continues its MLflow run from its newest checkpoint, kept under ``session_path`` (it
+saves one after each evaluation, :mod:`digideep.benchmark.sb3_checkpoint`), or without one is trained
+again from the start (its unfinished MLflow run deleted). Every cell's run counts its resumes in the
+tag ``digideep.resumes``, a column of the summary table the flow logs at the end.
 
 MLflow: one parent run per benchmark (:mod:`digideep.benchmark.records`); every cell's run is
 nested under it and tagged ``digideep.benchmark``, ``algorithm``, ``env``, ``seed``, ``variant``.
@@ -81,7 +84,8 @@ def benchmark(
         name: the benchmark; default ``<flow-run name>-<first 8 of its id>`` (a retry continues it).
         deployment: ``<flow>/<deployment>`` of a train deployment; its pool runs the cells.
         concurrency: cells running at once.
-        session_path: where the train cells keep their sessions (a folder every worker mounts, or a URL).
+        session_path: where the train cells keep their sessions and the SB3 cells their checkpoints
+            (a folder every worker mounts, or a URL).
         max_cell_retries: retries of a cell's failed or crashed run before it counts failed.
         poll_seconds: seconds between looks at the running cells.
     """
@@ -92,7 +96,7 @@ def benchmark(
     name = name or f"{flow_run_runtime.name or 'benchmark'}-{run_id[:8]}"
     attempt = flow_run_runtime.run_count or 1
     if attempt > 1:  # a killed attempt left its SB3 cells' task runs Running
-        crash_killed_tasks(run_id, attempt, "trains its unfinished SB3 cells again", logger)
+        crash_killed_tasks(run_id, attempt, "continues its unfinished SB3 cells", logger)
     from mlflow import MlflowClient
 
     uri, artifacts = resolve_tracking_uri(None, data_root_of(session_path))
@@ -112,12 +116,13 @@ def benchmark(
                 cell = pending.pop(0)
                 tags = cell.tags(name, parent)
                 if is_sb3(cell.algorithm):
-                    finished = records.delete_unfinished(mlflow, records.cell_runs(mlflow, name, tags))
-                    if finished:
+                    runs = records.cell_runs(mlflow, name, tags)
+                    if any(run.info.status == "FINISHED" for run in runs):
+                        records.delete_unfinished(mlflow, runs)  # one run per cell
                         states[cell.key] = "COMPLETED"
-                    else:
+                    else:  # continued from its checkpoint, or trained from the start
                         tasks[cell.key] = sb3_cell.submit(
-                            cell, protocol, uri, experiment, benchmark_tags(tags)
+                            cell, protocol, uri, experiment, benchmark_tags(tags), session_path
                         )
                     continue
                 flows[cell.key] = _launch(client, deployment, cell, tags, session_path, name)
@@ -138,13 +143,30 @@ def benchmark(
 
 @task(cache_policy=NO_CACHE, persist_result=False, task_run_name="sb3 {cell.key}")
 def sb3_cell(
-    cell: Cell, protocol: EvaluationProtocol, uri: str, experiment: str, tags: dict[str, str]
+    cell: Cell,
+    protocol: EvaluationProtocol,
+    uri: str,
+    experiment: str,
+    tags: dict[str, str],
+    session_path: str,
 ) -> float:
-    """Train one SB3 reference cell in this process (:func:`~digideep.benchmark.sb3.train_sb3_cell`)."""
+    """Train (or continue) one SB3 reference cell in this process, its checkpoints under
+    ``session_path`` (:func:`~digideep.benchmark.sb3.train_sb3_cell`)."""
     from mlflow import MlflowClient
 
+    from digideep.benchmark.sb3_checkpoint import CellCheckpoints, cell_folder
+
+    checkpoints = CellCheckpoints(cell_folder(session_path, tags[records.NAME_TAG], cell.key))
     return train_sb3_cell(
-        cell.algorithm, cell.env, cell.seed, protocol, MlflowClient(uri), experiment, tags, cpanel=cell.cpanel
+        cell.algorithm,
+        cell.env,
+        cell.seed,
+        protocol,
+        MlflowClient(uri),
+        experiment,
+        tags,
+        cpanel=cell.cpanel,
+        checkpoints=checkpoints,
     )
 
 

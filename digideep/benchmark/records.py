@@ -6,7 +6,8 @@ its parent. A parameter file's cell is tracked by its train run, in its paramete
 experiment as any train run, tagged and nested through the train flow's ``benchmark`` parameter
 (or ``digideep train --benchmark``, in the Slurm jobs of :mod:`digideep.slurm.benchmark`;
 :func:`~digideep.tracking.trials.benchmark_tags`); an SB3 cell's run is made in :data:`EXPERIMENT`.
-``digideep report`` finds all of them by the tag ``digideep.benchmark``.
+``digideep report`` finds all of them by the tag ``digideep.benchmark``. Every cell's run counts how
+often it continued from a checkpoint in the tag ``digideep.resumes``, which :func:`summary` shows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
+from digideep.tracking.tags import RESUMES_TAG
 from digideep.tracking.trials import BENCHMARK_CELL_KEYS
 
 if TYPE_CHECKING:
@@ -111,12 +113,15 @@ def finish_parent(client: Any, parent_run_id: str, states: Mapping[str, str]) ->
 
 
 def summary(client: Any, name: str, cells: Sequence[Cell], states: Mapping[str, str]) -> dict[str, Any]:
-    """Each cell's state, run and score (its last ``eval/return``), and a fixed-width table of them."""
+    """Each cell's state, run, score (its last ``eval/return``) and resumes (its run's
+    ``digideep.resumes``: None without one run, or for a run tracked before resumes were counted),
+    and a fixed-width table of them (``-`` where the resumes are None)."""
     rows = []
     for cell in cells:
         runs = cell_runs(client, name, cell.tags(name, None))
         run_id = runs[0].info.run_id if len(runs) == 1 else ""
         value = score(client, run_id) if run_id else float("nan")
+        resumes = runs[0].data.tags.get(RESUMES_TAG) if run_id else None
         rows.append(
             {
                 "cell": cell.key,
@@ -124,10 +129,17 @@ def summary(client: Any, name: str, cells: Sequence[Cell], states: Mapping[str, 
                 "runs": len(runs),
                 "run_id": run_id,
                 "score": value,
+                "resumes": None if resumes is None else int(resumes),
             }
         )
-    lines = [["cell", "state", "runs", "score"]]
-    lines += [[r["cell"], r["state"], str(r["runs"]), f"{r['score']:.2f}"] for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    lines = [["cell", "state", "runs", "score", "resumes"]]
+    lines += [
+        [r["cell"], r["state"], str(r["runs"]), f"{r['score']:.2f}", _shown(r["resumes"])] for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines)
     return {"cells": rows, "table": table}
+
+
+def _shown(resumes: int | None) -> str:
+    return "-" if resumes is None else str(resumes)

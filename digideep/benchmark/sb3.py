@@ -9,20 +9,32 @@ episodes on a separate environment seeded ``seed + 10_000`` (as the test explore
 logged as ``eval/return`` at step = frames, with the three ``eval/*`` params. The run is tracked in
 MLflow with the cell's tags, nested under the benchmark's parent run.
 
-SB3 keeps no checkpoint here, so a cell that did not finish is trained again from the start: its
-unfinished MLflow run is deleted first, so the benchmark still ends with one run per cell.
+After each evaluation the cell saves a checkpoint (:mod:`digideep.benchmark.sb3_checkpoint`: SB3's
+model with its optimizers, its replay buffer, every generator), keeping only the newest. A cell that
+did not finish continues from its checkpoint in the same MLflow run, to exactly the frame budget; no
+``eval/return`` step is logged twice, as a step the run holds already is not logged again. The run's
+tag ``digideep.resumes`` counts how often it continued. The episode that was running at the
+checkpoint starts over (SB3 cannot save an environment mid-episode), so a continued cell is not the
+run an uninterrupted one would have been. A cell without a checkpoint is trained again from the
+start, its unfinished MLflow run deleted first, so the benchmark still ends with one run per cell.
 SB3 is an optional dependency (the ``bench`` extra), imported when a cell runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from digideep.benchmark import records
 from digideep.errors import UsageError
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
+from digideep.tracking.tags import RESUMES_TAG
+
+if TYPE_CHECKING:  # (importing it imports torch, which checking a matrix does not need)
+    from digideep.benchmark.sb3_checkpoint import CellCheckpoints, SavedCell
 
 __all__ = ["PREFIX", "SB3_ALGORITHMS", "SB3_KNOBS", "check_sb3", "is_sb3", "sb3_arguments", "train_sb3_cell"]
 
@@ -31,6 +43,9 @@ log = logging.getLogger(__name__)
 PREFIX = "sb3:"
 SB3_ALGORITHMS = ("SAC", "TD3", "PPO")
 TEST_SEED_OFFSET = 10_000  # as the test explorer of the shipped parameter files (params/_common.py)
+NUM_TIMESTEPS_TAG = "sb3.num_timesteps"
+N_UPDATES_TAG = "sb3.n_updates"
+"""Tags of a finished SB3 cell's run: SB3's own counts of frames trained and of updates made."""
 
 _OFF_POLICY_KNOBS = {
     "learning_starts": "learning_starts",
@@ -98,8 +113,14 @@ def train_sb3_cell(
     tags: Mapping[str, str],
     torch_threads: int = 1,
     cpanel: Mapping[str, Any] | None = None,
+    checkpoints: CellCheckpoints | None = None,
 ) -> float:
     """Train one SB3 cell to its frame budget, tracked as an MLflow run; its score (last ``eval/return``).
+
+    With ``checkpoints`` the cell saves one after each evaluation, and a cell whose unfinished MLflow
+    run has a checkpoint continues that run from it (its ``digideep.resumes`` tag raised by one) up to
+    the budget. Any other unfinished run of the cell is deleted first and the cell trains from the
+    start in a new run (tagged ``digideep.resumes`` 0). A finished cell leaves no checkpoint.
 
     Args:
         algorithm: ``sb3:SAC``, ``sb3:TD3`` or ``sb3:PPO``.
@@ -112,17 +133,16 @@ def train_sb3_cell(
         torch_threads: ``torch.set_num_threads`` for the cell (digideep's shipped files use 1).
         cpanel: knobs of :data:`SB3_KNOBS` that replace SB3's defaults (``learning_starts``, ...);
             logged as the run's ``cpanel/<knob>`` params.
+        checkpoints: the cell's checkpoints (:func:`~digideep.benchmark.sb3_checkpoint.cell_folder`);
+            None keeps none, and an unfinished run is always trained again from the start.
     """
     check_sb3(algorithm)
     import gymnasium as gym
     import stable_baselines3
     import torch
-    from mlflow.entities import Param
 
     torch.set_num_threads(torch_threads)
     model_class = getattr(stable_baselines3, algorithm[len(PREFIX) :])
-    run = client.create_run(experiment_id, run_name=f"{algorithm} {env_id} seed {seed}", tags=dict(tags))
-    run_id = run.info.run_id
     arguments, knobs = sb3_arguments(algorithm, cpanel or {})
     params = {
         **protocol.mlflow_params(),
@@ -130,53 +150,122 @@ def train_sb3_cell(
         "cpanel/seed": str(seed),
         **{f"cpanel/{key}": str(value) for key, value in knobs.items()},
     }
-    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-    try:
-        model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **arguments)
-        callback = _evaluation_callback(protocol, env_id, seed + TEST_SEED_OFFSET, client, run_id)
-        model.learn(total_timesteps=protocol.frame_budget, callback=callback)
-    except BaseException:
+    saved = checkpoints.latest() if checkpoints is not None else None
+    name = f"{algorithm} {env_id} seed {seed}"
+    with contextlib.closing(_evaluation_env(env_id)) as eval_env:
+        run_id, resumes = _open_run(client, experiment_id, name, tags, params, saved)
+        try:
+            if saved is not None and resumes:
+                model = checkpoints.load(saved, model_class, gym.make(env_id), eval_env)
+                log.info(
+                    "%s continues MLflow run %s from %s (resume %d)", name, run_id, saved.location, resumes
+                )
+            else:
+                if checkpoints is not None:
+                    checkpoints.clear()  # none, or one of a run that is gone: the cell starts over
+                eval_env.seed(seed + TEST_SEED_OFFSET)
+                model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **arguments)
+            callback = _evaluation_callback(protocol, eval_env, client, run_id, checkpoints)
+            model.learn(
+                total_timesteps=protocol.frame_budget - model.num_timesteps,
+                callback=callback,
+                reset_num_timesteps=not resumes,
+            )
+        except BaseException:
+            client.set_terminated(run_id, "FAILED")
+            raise
+    frames = int(model.num_timesteps)
+    if frames != protocol.frame_budget or callback.last_frames != protocol.frame_budget:
         client.set_terminated(run_id, "FAILED")
-        raise
-    if callback.last_frames != protocol.frame_budget:
-        client.set_terminated(run_id, "FAILED")
-        raise RuntimeError(f"{algorithm} stopped at {callback.last_frames} of {protocol.frame_budget} frames")
+        raise RuntimeError(f"{algorithm} stopped at {frames} of {protocol.frame_budget} frames")
+    from mlflow.entities import RunTag
+
+    counters = {NUM_TIMESTEPS_TAG: str(frames), N_UPDATES_TAG: str(model._n_updates)}
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in counters.items()])
     client.set_terminated(run_id, "FINISHED")
-    log.info(
-        "%s on %s, seed %d: eval/return %.2f at %d frames",
-        algorithm,
-        env_id,
-        seed,
-        callback.last_return,
-        protocol.frame_budget,
-    )
+    if checkpoints is not None:
+        checkpoints.clear()
+    log.info("%s: eval/return %.2f at %d frames", name, callback.last_return, frames)
     return callback.last_return
 
 
-def _evaluation_callback(
-    protocol: EvaluationProtocol, env_id: str, seed: int, client: Any, run_id: str
-) -> Any:
-    """An SB3 callback that evaluates at the protocol's frames and stops training at its budget."""
+def _open_run(
+    client: Any,
+    experiment_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, str],
+    saved: SavedCell | None,
+) -> tuple[str, int]:
+    """The cell's MLflow run and its resumes: the unfinished run ``saved`` belongs to, reopened with
+    its ``digideep.resumes`` tag raised by one, else a new run (resumes 0); the cell's other
+    unfinished runs are deleted, so that it ends with one run."""
+    from mlflow.entities import Param
+
+    runs = records.cell_runs(client, tags[records.NAME_TAG], tags) if records.NAME_TAG in tags else []
+    continued = next(
+        (r for r in runs if saved and r.info.run_id == saved.run_id and r.info.status != "FINISHED"), None
+    )
+    records.delete_unfinished(client, [r for r in runs if r is not continued])
+    if continued is not None:
+        run_id = continued.info.run_id
+        resumes = int(continued.data.tags.get(RESUMES_TAG, "0")) + 1
+        client.set_tag(run_id, RESUMES_TAG, str(resumes))
+        client.update_run(run_id, status="RUNNING")
+        return run_id, resumes
+    if saved is not None:
+        log.info(
+            "%s: checkpoint %s belongs to no unfinished run of the cell; starting over", name, saved.location
+        )
+    run = client.create_run(experiment_id, run_name=name, tags={**tags, RESUMES_TAG: "0"})
+    client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+    return run.info.run_id, 0
+
+
+def _evaluation_env(env_id: str) -> Any:
+    """The evaluation environment: one Gymnasium env in SB3's ``DummyVecEnv``, episodes monitored."""
     import gymnasium as gym
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
+
+    return DummyVecEnv([lambda: Monitor(gym.make(env_id))])
+
+
+def _evaluation_callback(
+    protocol: EvaluationProtocol,
+    eval_env: Any,
+    client: Any,
+    run_id: str,
+    checkpoints: CellCheckpoints | None,
+) -> Any:
+    """An SB3 callback that evaluates at the protocol's frames, checkpoints after each evaluation
+    and stops training at the budget."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    logged = {m.step: m.value for m in client.get_metric_history(run_id, RETURN_METRIC)}
 
     class EvaluateAtFrames(BaseCallback):
         """Evaluate every ``frame_interval`` frames and at the budget; end ``learn`` at the budget.
 
         SB3 counts ``num_timesteps`` per environment step (one environment), so the frames match
         digideep's. PPO collects ``n_steps`` per rollout and would pass the budget: returning False
-        at the budget stops it there.
+        at the budget stops it there. A step the run holds already (logged before a crash, by the
+        attempt this one continues) is evaluated but not logged again, and keeps its logged value.
+
+        The checkpoint after an evaluation waits for the next rollout's start: SB3 calls the step's
+        callback before it stores the step's transition and makes its gradient steps, and by the
+        next rollout both are done.
         """
 
         def __init__(self) -> None:
             super().__init__()
-            self.env = DummyVecEnv([lambda: Monitor(gym.make(env_id))])
-            self.env.seed(seed)
             self.last_frames = 0
             self.last_return = float("nan")
+            self.checkpoint_due = False
+
+        def _on_training_start(self) -> None:
+            self.last_frames = self.num_timesteps  # a continued cell evaluated up to its checkpoint
 
         def _on_step(self) -> bool:
             frames = self.num_timesteps
@@ -185,16 +274,24 @@ def _evaluation_callback(
             if (due or at_budget) and frames > self.last_frames:
                 returns, _ = evaluate_policy(
                     self.model,
-                    self.env,
+                    eval_env,
                     n_eval_episodes=protocol.episodes,
                     deterministic=True,
                     return_episode_rewards=True,
                 )
                 self.last_frames, self.last_return = frames, float(sum(returns) / len(returns))
-                client.log_metric(run_id, RETURN_METRIC, self.last_return, int(time.time() * 1000), frames)
+                if frames in logged:
+                    self.last_return = logged[frames]
+                else:
+                    client.log_metric(
+                        run_id, RETURN_METRIC, self.last_return, int(time.time() * 1000), frames
+                    )
+                self.checkpoint_due = checkpoints is not None and not at_budget
             return not at_budget
 
-        def _on_training_end(self) -> None:
-            self.env.close()
+        def _on_rollout_start(self) -> None:
+            if self.checkpoint_due:
+                checkpoints.save(self.model, eval_env, run_id)
+                self.checkpoint_due = False
 
     return EvaluateAtFrames()

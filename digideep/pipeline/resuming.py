@@ -4,7 +4,9 @@
 ``runner.json`` and restores every component from its ``states.pt``
 (:class:`~digideep.pipeline.run_state.RunState`), so that the resumed run continues bit for bit;
 :func:`resume` finds the newest checkpoint of a session that resumes exactly, passing over damaged
-ones with one warning. ``digideep resume``, ``--resume`` and a retried flow run come here through
+ones with one warning, and counts each resume in the session's ``session.json`` (``resumes``), which
+the run's MLflow run carries as the tag ``digideep.resumes``. ``digideep resume``, ``--resume``, a
+retried flow run and a requeued Slurm job all come here through
 :func:`digideep.pipeline.training.open_run`.
 """
 
@@ -31,6 +33,7 @@ from digideep.storage.checkpoint import (
     read_runner_info,
 )
 from digideep.tracking.journal import JOURNAL_FILE, complete_size
+from digideep.tracking.tags import RESUMES_FIELD
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["from_checkpoint", "resume", "resume_checkpoint"]
@@ -114,6 +117,8 @@ def resume(session: Session, devices: DeviceChoice | None = None) -> tuple[Runne
     when a memory chunk fails its checksum or a chunk file is missing (they all read the same
     memory).
 
+    A resume that goes on is counted: ``resumes`` in ``session.json`` grows by one.
+
     Every check reads only: the journal's length, the checkpoint's files, every memory (its chunk
     files listed, every chunk read into the next RAM ring and checked, see
     :meth:`~digideep.pipeline.run_state.RunState.prepare_memories`). Only a checkpoint that passes
@@ -150,6 +155,11 @@ def resume(session: Session, devices: DeviceChoice | None = None) -> tuple[Runne
             raise UsageError(f"{error}; {_every_checkpoint_reads_it(session)}") from None
         if skipped:
             log.warning("%s", _fallback_line(skipped, checkpoint, info))
+        try:
+            session.update_info(**{RESUMES_FIELD: int(session.info().get(RESUMES_FIELD, 0)) + 1})
+        except BaseException:
+            runner.close()
+            raise
         return runner, checkpoint
     if skipped:
         raise UsageError(_nothing_left(session, skipped))

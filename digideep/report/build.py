@@ -50,6 +50,9 @@ class Row:
     score: Interval
     published: tuple[Published, ...]  # same family, same frame budget
     runs: tuple[tuple[str, float], ...] = ()  # (seed, score) of each run, by seed
+    resumes: tuple[
+        tuple[str, int | None], ...
+    ] = ()  # (seed, resumes) of each run, by seed (None: not counted)
 
     @property
     def below(self) -> tuple[Published, ...]:
@@ -154,7 +157,8 @@ def _rows(
             published = tuple(reference.at_budget(budget, family)) if reference and family else ()
             scores = [(r.seed, r.score(last)) for r in runs]
             score = score_interval(np.array([s for _, s in scores]), reps, seed)
-            rows.append(Row(env, group, len(runs), score, published, tuple(scores)))
+            resumes = tuple((r.seed, r.resumes) for r in runs)
+            rows.append(Row(env, group, len(runs), score, published, tuple(scores), resumes))
     return rows
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from digideep.errors import UsageError
+from digideep.tracking.tags import RESUMES_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -24,6 +25,7 @@ __all__ = [
     "BENCHMARK_TAG",
     "EVAL_PREFIX",
     "KIND_TAG",
+    "RESUMES_TAG",
     "Criteria",
     "Point",
     "RunRecord",

@@ -3,7 +3,8 @@
 A run contributes its ``eval/return`` history (step = training frames, one point per evaluation) and
 the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
 flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
-``cpanel/model_name`` and ``cpanel/seed``). Only runs that ended FINISHED are read. The runs come as
+``cpanel/model_name`` and ``cpanel/seed``), and the count of times it continued from a checkpoint,
+its tag ``digideep.resumes``. Only runs that ended FINISHED are read. The runs come as
 :class:`~digideep.report.records.RunRecord` from an MLflow store, from export folders, or both
 (:func:`select_records`), so a report computes the same numbers wherever its runs were read. Every
 refusal is a :class:`~digideep.errors.UsageError` of one line that says what to change.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from digideep.errors import UsageError
-from digideep.report.records import BENCHMARK_TAG, KIND_TAG, RunRecord
+from digideep.report.records import BENCHMARK_TAG, KIND_TAG, RESUMES_TAG, RunRecord
 
 __all__ = [
     "BENCHMARK_TAG",
@@ -57,6 +58,7 @@ class RunScores:
     seed: str
     frames: np.ndarray
     returns: np.ndarray
+    resumes: int | None = None  # its digideep.resumes tag: None for a run tracked before resumes were counted
 
     @property
     def group(self) -> str:
@@ -238,7 +240,8 @@ def _scores(record: RunRecord, protocol: Protocol, last: int) -> RunScores:
             "tag it or narrow the selection"
         )
     variant = tags.get("variant") or DEFAULT_VARIANT
-    return RunScores(run_id, algorithm, variant, env, str(seed), frames, returns)
+    resumes = int(tags[RESUMES_TAG]) if RESUMES_TAG in tags else None
+    return RunScores(run_id, algorithm, variant, env, str(seed), frames, returns, resumes)
 
 
 def _check_cells(runs: Sequence[RunScores], sources: dict[str, str]) -> None:

@@ -1,9 +1,10 @@
 """The report as plain text: the per-environment table, the aggregates and P(A > B).
 
 Columns of the table: environment, group (algorithm, ``@variant`` when not the default), seeds, mean
-score over seeds, its 95 % interval, each run's score, and the published values of the same method at
-the same frame budget with their source names; where a row's whole interval lies below one of them,
-a last column marks it ``BELOW``.
+score over seeds, its 95 % interval, each run's score, each run's resumes (how many times it continued
+from a checkpoint, its ``digideep.resumes`` tag; ``?`` for a run tracked before they were counted),
+and the published values of the same method at the same frame budget with their source names; where
+a row's whole interval lies below one of them, a last column marks it ``BELOW``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from digideep.report.build import Report, Row
 __all__ = ["BELOW_MARK", "HEADERS", "format_report", "table_headers", "table_rows"]
 
 BELOW_MARK = "BELOW"
-HEADERS = ("env", "algorithm", "seeds", "mean", "95% CI", "runs (seed: score)", "published (same budget)")
+HEADERS = (
+    "env",
+    "algorithm",
+    "seeds",
+    "mean",
+    "95% CI",
+    "runs (seed: score)",
+    "resumes (seed: count)",
+    "published (same budget)",
+)
 """The table's columns; a last one, ``vs published``, is added where a row is ``BELOW``."""
 
 
@@ -39,6 +49,7 @@ def _cells(row: Row, marked: bool) -> tuple[str, ...]:
         f"{row.score.point:.1f}",
         f"[{row.score.low:.1f}, {row.score.high:.1f}]",
         ", ".join(f"{seed}: {score:.1f}" for seed, score in row.runs),
+        ", ".join(f"{seed}: {'?' if count is None else count}" for seed, count in row.resumes),
         published,
     )
     return (*cells, BELOW_MARK if row.below else "") if marked else cells

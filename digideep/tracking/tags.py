@@ -11,7 +11,12 @@ from typing import Any
 from digideep import __version__
 from digideep.tracking.naming import MAX_TAG_VALUE_LENGTH, mlflow_key, shorten
 
-__all__ = ["build_tags", "git_commit"]
+__all__ = ["RESUMES_FIELD", "RESUMES_TAG", "build_tags", "git_commit"]
+
+RESUMES_TAG = "digideep.resumes"
+"""How many times a run continued from a checkpoint (a train run's session, an SB3 cell); 0 never."""
+RESUMES_FIELD = "resumes"
+"""The ``session.json`` field that counts a session's resumes (its run carries it as :data:`RESUMES_TAG`)."""
 
 
 def build_tags(

@@ -2,9 +2,11 @@
 
 The run id is kept in the session's ``session.json`` (``mlflow_run_id``), so a resumed session
 (``digideep resume``, or a Prefect retry) reopens the same MLflow run and, since the tracker sends
-only what the run lacks from the session's metrics journal, no metric step appears twice. The
-embedded store lives beside the sessions folder: ``data/sessions`` -> ``data/mlflow.db`` and
-``data/mlartifacts``.
+only what the run lacks from the session's metrics journal, no metric step appears twice. The run
+carries the session's count of resumes (``resumes`` in ``session.json``, counted by
+:func:`~digideep.pipeline.resuming.resume`) as the tag ``digideep.resumes``, set again each time
+the run opens. The embedded store lives beside the sessions folder: ``data/sessions`` ->
+``data/mlflow.db`` and ``data/mlartifacts``.
 
 :func:`sync_session` finishes what a run left undone in MLflow: the journal's unsent records, the
 learning curve and the run's end status. ``digideep runs sync SESSION`` and resuming a finished
@@ -31,6 +33,7 @@ from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.naming import data_root_of, experiment_name, resolve_tracking_uri
 from digideep.tracking.sender import missing_artifacts, send_artifacts
+from digideep.tracking.tags import RESUMES_FIELD, RESUMES_TAG
 
 __all__ = ["log_videos", "open_tracker", "sync_session"]
 
@@ -57,7 +60,7 @@ def open_tracker(
     Args:
         session_path: the session's folder (``<data>/sessions/<name>``).
         info: the session's ``session.json`` fields (``params_module``, ``mlflow_run_id``,
-            ``mlflow_tracking_uri``).
+            ``mlflow_tracking_uri``, ``resumes``: the run's ``digideep.resumes`` tag, 0 when absent).
         params: the resolved params tree (logged flattened).
         cpanel: the cpanel (logged under ``cpanel/``; its ``experiment`` key names the experiment).
         tags: extra tags; ``prefect.flow_run_id`` and ``prefect.deployment`` become tracker tags.
@@ -69,7 +72,7 @@ def open_tracker(
     Raises:
         TrackingUnavailableError: the store cannot be reached and tracking is ``required``.
     """
-    tags = dict(tags or {})
+    tags = {**(tags or {}), RESUMES_TAG: str(info.get(RESUMES_FIELD, 0))}
     module = info.get("params_module") or "digideep"
     data_root = data_root_of(session_path.parent)  # beside the sessions folder (data/cache for a URL's)
     run_id = info.get("mlflow_run_id")

@@ -181,8 +181,10 @@ def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_
     bench_stack, tmp_path, mlflow_uri, monkeypatch
 ):
     """SB3 cells run as tasks of the benchmark's own flow run (here in this process, on the test's
-    server; no worker needed); a benchmark run again under its name finds them finished and trains nothing; an unfinished one
-    (a crash mid-cell) is deleted and trained again, so one run per cell remains."""
+    server; no worker needed); a benchmark run again under its name finds them finished and trains
+    nothing; an unfinished one without a checkpoint (a finished cell deletes its own) is deleted and
+    trained again, so one run per cell remains. (A cell killed after a checkpoint continues its run:
+    tests/benchmark/test_sb3_resume.py.)"""
     from digideep.benchmark import records
     from flows.benchmark import benchmark
 
@@ -192,6 +194,8 @@ def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_
                   "session_path": str(tmp_path / "sessions"), "poll_seconds": 0.2}  # fmt: skip
     first = benchmark(**parameters)
     assert first["status"] == "FINISHED" and [c["runs"] for c in first["cells"]] == [1, 1]
+    assert [c["resumes"] for c in first["cells"]] == [0, 0]
+    assert list((tmp_path / "sessions").glob("sb3-sb3-flow/*")) == []  # finished cells keep no checkpoint
     client = MlflowClient(mlflow_uri)
     cell = {"algorithm": "sb3:TD3", "env": "Pendulum-v1", "seed": 1, "variant": "default"}
     (finished,) = records.cell_runs(client, "sb3-flow", cell)
@@ -340,13 +344,11 @@ def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_runni
         task_run = client.create_task_run(cell, flow_run.id, dynamic_key="0", state=Running())
         client.set_flow_run_state(flow_run.id, Crashed(message="its process was killed"), force=True)
         client.set_flow_run_state(flow_run.id, Running(), force=True)  # the retry
-    crash_killed_tasks(
-        str(flow_run.id), 2, "trains its unfinished SB3 cells again", logging.getLogger("test")
-    )
+    crash_killed_tasks(str(flow_run.id), 2, "continues its unfinished SB3 cells", logging.getLogger("test"))
     with get_client(sync_client=True) as client:
         state = client.read_task_run(task_run.id).state
     assert state.type.value == "CRASHED", state
-    assert "attempt 2 trains its unfinished SB3 cells again" in state.message
+    assert "attempt 2 continues its unfinished SB3 cells" in state.message
     assert _unfinished_task_runs(str(flow_run.id)) == []
 
 

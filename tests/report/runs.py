@@ -3,7 +3,8 @@
 A benchmark is one parent run tagged ``digideep.kind=benchmark`` and ``digideep.benchmark=<name>``
 (in an experiment of its own, as the benchmark flow keeps it in ``benchmarks``); each cell is a
 FINISHED run of another experiment nested under it (``mlflow.parentRunId``) with the tags ``algorithm``,
-``env``, ``seed``, ``variant`` and the ``eval/*`` params, and logs ``eval/return`` at step = frames.
+``env``, ``seed``, ``variant`` and ``digideep.resumes`` (0 here: never resumed) and the ``eval/*``
+params, and logs ``eval/return`` at step = frames.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def make_benchmark(
             "env": env,
             "seed": str(seed),
             "variant": variant,
+            "digideep.resumes": "0",
         }
         run = client.create_run(experiment, tags=tags).info.run_id
         params = {

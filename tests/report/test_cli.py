@@ -38,9 +38,13 @@ def test_report_of_a_benchmark(
     name, parent = make_benchmark(
         client, cells, linear_curve(FINAL), 5000, BUDGET, artifacts=tmp_path / "artifacts"
     )
+    by_seed = {int(r.data.tags["seed"]): r.info.run_id for r in _cell_runs(client, name, SAC, "Pendulum-v1")}
+    client.set_tag(by_seed[1], "digideep.resumes", "2")  # continued twice from a checkpoint
+    client.delete_tag(by_seed[2], "digideep.resumes")  # tracked before resumes were counted
     out = tmp_path / "report"
     assert _report(mlflow_uri, out, "--benchmark", name, "--compare", TD3, SAC) == 0
     printed = capsys.readouterr().out
+    assert "resumes (seed: count)" in printed.splitlines()[2]
     rows = {
         tuple(line.split()[:3]): line for line in printed.splitlines() if line.startswith(("Hopper", "Pend"))
     }
@@ -52,6 +56,8 @@ def test_report_of_a_benchmark(
     td3_pendulum = rows[("Pendulum-v1", TD3, "3")]  # -130 is above rl-zoo's -151.9: no mark
     assert "-151.9 (rl-zoo TD3, Pendulum-v1)" in td3_pendulum and "BELOW" not in td3_pendulum
     assert "0: -200.0, 1: -190.0, 2: -180.0" in sac_pendulum  # each run's score, by seed
+    assert "0: 0, 1: 2, 2: ?" in sac_pendulum  # each run's resumes, by seed
+    assert "0: 0, 1: 0, 2: 0" in rows[("Pendulum-v1", TD3, "3")]
     assert rows[("Hopper-v5", SAC, "3")].split()[-1] == "-"  # rl-zoo's Hopper is at 1M frames, not 20k
     assert "3 seeds in the smallest cell: with fewer than 5" in printed
     assert "Pendulum-v1: 0 is the random policy's -1207.6" in printed  # what 0 and 1 normalise to
@@ -68,8 +74,16 @@ def test_report_of_a_benchmark(
     assert page.count('src="data:image/png;base64,') == len(FIGURES)
     assert f"digideep report --benchmark {name} --compare {TD3} {SAC}" in page
     assert "rl-baselines3-zoo benchmark.md" in page and '<td class="below">BELOW</td>' in page
+    assert "<th>resumes (seed: count)</th>" in page and "<td>0: 0, 1: 2, 2: ?</td>" in page
     logged = {a.path for a in client.list_artifacts(parent, "report")}
     assert logged == {f"report/{n}" for n in written}
+
+
+def _cell_runs(client: MlflowClient, name: str, algorithm: str, env: str) -> list:
+    experiment = client.get_experiment_by_name(f"exp-{name}").experiment_id
+    return client.search_runs(
+        [experiment], filter_string=f"tags.algorithm = '{algorithm}' and tags.env = '{env}'"
+    )
 
 
 def test_environments_without_reference_scores_are_not_aggregated(

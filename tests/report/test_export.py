@@ -39,12 +39,14 @@ def _report(out: Path, *args: str) -> int:
 
 
 def _resumed(client: MlflowClient, name: str, algorithm: str, env: str, seed: int, value: float) -> None:
-    """Log the last evaluation of a cell again, later, as a resumed run does: the later point counts."""
+    """Log the last evaluation of a cell again, later, as a resumed run does (the later point counts),
+    and count the resume in the run's tag."""
     found = client.search_runs(
         [client.get_experiment_by_name(f"exp-{name}").experiment_id],
         filter_string=f"tags.algorithm = '{algorithm}' and tags.env = '{env}' and tags.seed = '{seed}'",
     )
     client.log_batch(found[0].info.run_id, metrics=[Metric("eval/return", value, 10, BUDGET)])
+    client.set_tag(found[0].info.run_id, "digideep.resumes", "1")
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +89,8 @@ def test_a_report_from_an_export_is_the_report_from_its_store(
     table = (tmp_path / "from-store" / "table.txt").read_text()
     assert "13 runs" not in table and "12 runs (1 not finished, left out)" in table
     assert "1234.5" in table  # the resumed run's later point
+    (hopper_sac,) = [line for line in table.splitlines() if line.split()[:2] == ["Hopper-v5", SAC]]
+    assert "0: 0, 1: 0, 2: 1" in hopper_sac  # resumes, by seed: the export carries the tag
     assert (tmp_path / "from-folder" / "table.txt").read_text() == table
     assert from_folder.startswith(table) and from_store.startswith(table)
     assert "logged 6 files" in from_store and "logged" not in from_folder  # no store, no parent run
