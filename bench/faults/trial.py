@@ -91,7 +91,7 @@ OPTUNA_STORE = """
 import json, sys
 from pathlib import Path
 import optuna
-from flows.tune import default_storage
+from digideep.pipeline.study import default_storage
 
 sessions = sys.argv[1]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -14,6 +14,7 @@ __all__ = [
     "NEW_RUN_OPTIONS",
     "add_common_options",
     "add_train_options",
+    "add_trial_option",
     "new_run_options",
     "split_session",
 ]
@@ -76,6 +77,19 @@ def add_train_options(parser: argparse.ArgumentParser, required: bool) -> None:
         help='the benchmark cell this run is, as digideep slurm benchmark writes it ({"name": ..., '
         '"algorithm": ..., "env": ..., "seed": ..., "variant": ..., "parent_run_id": ...}): '
         "its MLflow run is tagged and nested as the benchmark flow's cells are",
+    )
+    add_trial_option(parser)
+
+
+def add_trial_option(parser: argparse.ArgumentParser) -> None:
+    """``--trial``: the Optuna trial a run is, for train and resume (a resumed trial reports again)."""
+    parser.add_argument(
+        "--trial",
+        metavar="JSON",
+        help='the Optuna trial this run is, as digideep slurm tune writes it ({"storage": ..., "study": ..., '
+        '"number": ..., "pruner": ..., "pruner_args": ..., "parent_run_id": ...}): the run reports its test '
+        "returns to the trial and stops when the study prunes it; a new run's MLflow run is tagged and "
+        "nested as the tune flow's trials are",
     )
 
 

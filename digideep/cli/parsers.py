@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from digideep.cli.options import EXIT_STATUS, NEW_RUN_OPTIONS, add_common_options, add_train_options
+from digideep.cli.options import (
+    EXIT_STATUS,
+    NEW_RUN_OPTIONS,
+    add_common_options,
+    add_train_options,
+    add_trial_option,
+)
 from digideep.cli.play import command_play
 from digideep.cli.train import command_resume, command_train
 
@@ -49,6 +55,7 @@ def build_cli_parser() -> argparse.ArgumentParser:
     resume.add_argument("session", help="session name (under --session-path) or path")
     add_common_options(resume)
     resume.add_argument("--no-prefect", action="store_true", help="run the plain Runner.train() loop")
+    add_trial_option(resume)
     for option in NEW_RUN_OPTIONS.values():  # taken, to be refused in one line by command_resume
         if option == "--dry-run":
             resume.add_argument(option, action="store_true", help=argparse.SUPPRESS)

@@ -30,6 +30,7 @@ def command_train(args: argparse.Namespace) -> int:
     # every check runs before anything touches disk (session.device of the params unless --device)
     resolved = resolve_params(args.params, args.cpanel, device=args.device)
     benchmark = _benchmark_cell(args.benchmark)
+    trial = _trial(args.trial)
     if args.session_name is not None:
         check_session_name(args.session_name)
     check_session_root(args.session_path)  # a local folder: not a file, writable
@@ -57,6 +58,7 @@ def command_train(args: argparse.Namespace) -> int:
         device=args.device,
         deterministic=args.deterministic,
         benchmark=benchmark,
+        trial=trial,
     )
 
 
@@ -78,6 +80,26 @@ def _benchmark_cell(text: str | None) -> dict[str, Any] | None:
     if not isinstance(cell, dict) or any(key not in cell for key in keys):
         raise UsageError(f"--benchmark must be a JSON object with the keys {', '.join(keys)}, got {text}")
     return cell
+
+
+def _trial(text: str | None) -> dict[str, Any] | None:
+    """The ``--trial`` JSON: the Optuna trial a run is (the train flow's ``trial`` parameter).
+
+    Raises:
+        UsageError: not a JSON object, or one without ``storage``, ``study`` or ``number`` (one line).
+    """
+    if text is None:
+        return None
+    from digideep.tracking.trials import TrialReporter
+
+    try:
+        trial = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"invalid --trial JSON at char {error.pos}: {error.msg}") from None
+    if not isinstance(trial, dict):
+        raise UsageError(f"--trial must be a JSON object with the keys storage, study and number, got {text}")
+    TrialReporter.from_parameters(trial)  # its keys checked before anything is written
+    return trial
 
 
 def _check_tracking_server(params: dict[str, Any], session_path: str) -> None:
@@ -165,6 +187,7 @@ def command_resume(args: argparse.Namespace) -> int:
             f"{given} cannot be used with resume: a resumed session keeps its own name, params, cpanel and "
             "description (its params.json); to change them, train a new session with --params"
         )
+    trial = _trial(args.trial)
     root, name = split_session(args.session, args.session_path)
     check_session_exists(root, name)  # before a Prefect server and a flow run are started for it
     raise_if_stopped()
@@ -178,6 +201,7 @@ def command_resume(args: argparse.Namespace) -> int:
         description=None,
         device=args.device,
         deterministic=args.deterministic,
+        trial=trial,
     )
 
 
@@ -200,13 +224,16 @@ def _train(
     device: str | None = None,
     deterministic: bool = False,
     benchmark: dict[str, Any] | None = None,
+    trial: dict[str, Any] | None = None,
 ) -> int:
     """Train a new run (``params`` with ``cpanel``) or resume session ``name`` under ``root``.
 
     ``device`` and ``deterministic`` (``--device``, ``--deterministic``) go to the run as arguments,
     of :func:`~digideep.pipeline.training.open_run` or of the flow; ``benchmark`` (``--benchmark``)
     tags and nests the new run's MLflow run as a benchmark cell
-    (:func:`~digideep.tracking.trials.benchmark_tags`).
+    (:func:`~digideep.tracking.trials.benchmark_tags`); ``trial`` (``--trial``) makes the run report
+    to its Optuna trial (:class:`~digideep.tracking.trials.TrialReporter`) and tags and nests a new
+    run's MLflow run as a trial (:func:`~digideep.tracking.trials.trial_tags`).
 
     With ``--no-prefect`` the run takes ``resolved``, the params :func:`command_train` resolved.
     The Prefect flow is an entry point of its own (deployments and retries call it with a module
@@ -220,7 +247,7 @@ def _train(
     """
     from digideep.pipeline.params import parse_cpanel
     from digideep.pipeline.training import open_run, run_training
-    from digideep.tracking.trials import benchmark_tags
+    from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 
     if no_prefect:
         handle = open_run(
@@ -229,11 +256,13 @@ def _train(
             session_name=name,
             session_path=root,
             resume=resume,
-            tags=benchmark_tags(benchmark),
+            tags={**trial_tags(trial), **benchmark_tags(benchmark)},
             description=description,
             device=device,
             deterministic=deterministic,
         )
+        if handle is not None:
+            handle.runner.trial = TrialReporter.from_parameters(trial)
         reason = run_training(handle)
         if handle is not None and exit_code(reason):
             raise RunStoppedError(reason, handle.runner.counters.iteration, handle.session.name, root)
@@ -254,6 +283,7 @@ def _train(
                 resume=resume,
                 description=description,
                 benchmark=benchmark,
+                trial=trial,
                 device=device,
                 deterministic=deterministic,
             )

@@ -25,6 +25,7 @@ __all__ = [
     "check_visible",
     "filesystem_of",
     "job_states",
+    "jobs_named",
     "probe_cluster",
     "seconds",
     "submit",
@@ -259,6 +260,28 @@ def job_states(job_ids: Sequence[str]) -> dict[str, str]:
         return {job: "PURGED" for job in job_ids} if purged else {}
     states = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) >= 2)
     return {job: states.get(job, "PURGED") for job in job_ids}
+
+
+def jobs_named(name: str) -> list[str]:
+    """The ids of this user's jobs named ``name`` that the controller still knows, oldest first.
+
+    Raises:
+        UsageError: ``squeue`` is missing or the controller did not answer.
+    """
+    try:
+        result = subprocess.run(
+            [_command("squeue"), "-h", "--me", "-t", "all", "-n", name, "-o", "%i"],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"no Slurm controller answered squeue within {_TIMEOUT} s; check SLURM_CONF"
+        ) from None
+    if result.returncode != 0:
+        raise UsageError(f"squeue cannot list the jobs named {name}: {_last_line(result.stderr)}")
+    return sorted(result.stdout.split(), key=lambda job: (len(job), job))  # numeric order of plain ids
 
 
 def wait_for_jobs(job_ids: Sequence[str], poll_seconds: float = 5.0) -> dict[str, str]:

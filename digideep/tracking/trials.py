@@ -5,12 +5,14 @@ The tune flow (``flows/tune.py``) gives every train run it starts a ``trial`` pa
     {"storage": "sqlite:////abs/data/optuna.db", "study": "pendulum_sac-1a2b3c4d", "number": 3,
      "pruner": "median", "pruner_args": {"n_startup_trials": 5}}
 
-and the train flow hands a :class:`TrialReporter` to the Runner (``runner.trial``). At every test
-stage the Runner calls :meth:`TrialReporter.report`: the deterministic test return is reported to
-the trial at the step of the run's frames; when the study's pruner says so, the reporter marks the
-trial (user attribute ``pruned``), tags the MLflow run ``pruned=true`` and asks the Runner to stop,
-which then logs, writes its checkpoint and ends the MLflow run KILLED like any stopped run. The tune
-flow reads the trial back and tells the study PRUNED.
+and the train flow hands a :class:`TrialReporter` to the Runner (``runner.trial``); ``digideep slurm
+tune`` gives the same parameter to its trials' jobs as ``digideep train --trial`` (and ``resume
+--trial``, after a requeue). At every test stage the Runner calls :meth:`TrialReporter.report`: the
+deterministic test return is reported to the trial at the step of the run's frames; when the study's
+pruner says so, the reporter marks the trial (user attribute ``pruned``), tags the MLflow run
+``pruned=true`` and asks the Runner to stop, which then logs, writes its checkpoint and ends the
+MLflow run KILLED like any stopped run. The study's driver reads the trial back and tells the study
+PRUNED.
 
 Optuna is imported when a report is made, never at import time, so the library and the train flow
 do not need it unless they run a trial. The same module builds the samplers and pruners by name for
@@ -106,7 +108,7 @@ def open_storage(url: str) -> Any:
     except (SQLAlchemyError, ValueError, ImportError, ModuleNotFoundError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(
-            f"Optuna study storage {url} cannot be reached ({first}); pass the tune flow a storage URL that answers"
+            f"Optuna study storage {url} cannot be reached ({first}); give a storage URL that answers"
         ) from None
 
 

@@ -53,6 +53,7 @@ ELSEWHERE = {
     r"(sinfo|squeue|scontrol|sacct)\b": "tests/slurm/test_requeue.py::job_state",
     r"\.venv/bin/digideep slurm (submit|resume) ": "tests/slurm/test_requeue.py::submit",
     r"\.venv/bin/digideep slurm benchmark ": "tests/slurm/test_benchmark.py::slurm_benchmark",
+    r"\.venv/bin/digideep slurm tune ": "tests/slurm/test_tune.py::tune_command",
 }  # fmt: skip
 
 

@@ -99,8 +99,8 @@ def test_a_study_prunes_retries_and_continues_without_repeating_trials(tune_stac
 def test_bad_input_is_one_line(tmp_path):
     from digideep.errors import UsageError
     from digideep.pipeline.params import load_params_module
+    from digideep.pipeline.study import trial_cpanel
     from digideep.tracking.trials import make_pruner, make_sampler, open_storage
-    from flows.tune import trial_cpanel
 
     module = load_params_module("params.pendulum_sac")
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}")

@@ -15,9 +15,9 @@ from pathlib import Path
 import optuna
 from mlflow import MlflowClient
 
+from digideep.pipeline.study import default_storage
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.naming import resolve_tracking_uri
-from flows.tune import default_storage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 _KILLER = """
 import os, signal, sys, time
 from digideep.tracking.naming import resolve_tracking_uri
-from flows.tune import default_storage
+from digideep.pipeline.study import default_storage
 import mlflow.store.tracking.sqlalchemy_store, optuna.storages
 
 kind, root, kills = sys.argv[1], sys.argv[2], int(sys.argv[3])
