@@ -45,8 +45,8 @@ format: install
 docs: install ## build the developer guide and API reference into site/ (warnings are errors)
 	$(BIN)/mkdocs build --strict --site-dir site
 
-prefect-up: install ## start a Prefect server (127.0.0.1:4200) and a worker, deploy prefect.yaml, make the Prefect profile digideep-local active; Ctrl-C stops
-	$(BIN)/python -m digideep_stack.local_stack up --port $(or $(PREFECT_PORT),4200)
+prefect-up: install ## start a Prefect server (127.0.0.1:4200), a worker and the crash watcher, deploy prefect.yaml, make the Prefect profile digideep-local active (PREFECT_ARGS="--crash-retries N"); Ctrl-C stops
+	$(BIN)/python -m digideep_stack.local_stack up --port $(or $(PREFECT_PORT),4200) $(PREFECT_ARGS)
 
 STACK_ARGS ?=
 stack-up: install ## the production stack: PostgreSQL, Prefect and MLflow servers with auth, S3, WORKERS=N workers; Prefect profile digideep-stack active; Ctrl-C stops

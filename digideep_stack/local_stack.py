@@ -1,8 +1,9 @@
 """A Prefect server and a process worker on one machine, bound to 127.0.0.1.
 
 ``python -m digideep_stack.local_stack up`` (``make prefect-up``) starts the server, creates the process work
-pool, deploys everything in ``prefect.yaml``, makes the Prefect profile ``digideep-local`` (this
-server) the active one, so that ``prefect`` in any other shell reaches it (:mod:`digideep_stack.profile`),
+pool, deploys everything in ``prefect.yaml``, starts the crash watcher (:mod:`digideep_stack.watcher`:
+a flow run whose process died with the machine is marked Crashed, so that Retry resumes it), makes the
+Prefect profile ``digideep-local`` (this server) the active one, so that ``prefect`` in any other shell reaches it (:mod:`digideep_stack.profile`),
 and runs a worker until Ctrl-C, SIGTERM or SIGHUP, which make the profile active before active again
 and stop the server, the worker and everything they started (:mod:`digideep.utility.processes`). A
 port taken by a server left running is refused in one line. The tests start the same stack through
@@ -65,6 +66,9 @@ class LocalStack:
         project: the folder holding ``prefect.yaml``, ``flows/`` and ``params/``.
         log_folder: where the server's and worker's output go (``home`` when None).
         extra_env: more environment variables for the server, the worker and its flow runs.
+        crash_after: seconds without a heartbeat before the watcher marks a RUNNING flow run Crashed
+            (the flow runs beat every 30 s); None: no watcher, no heartbeats.
+        crash_retries: crashed runs the watcher puts back in the queue, per run.
     """
 
     def __init__(
@@ -74,8 +78,11 @@ class LocalStack:
         project: Path = ROOT,
         log_folder: Path | None = None,
         extra_env: dict[str, str] | None = None,
+        crash_after: float | None = None,
+        crash_retries: int = 0,
     ):
         self.port = port
+        self.crash_after, self.crash_retries = crash_after, crash_retries
         self.project = project
         self.api_url = f"http://127.0.0.1:{port}/api"
         self.env = {
@@ -86,6 +93,7 @@ class LocalStack:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_LOGGING_EXTRA_LOGGERS": "digideep",
             "PWD": str(project),
+            **({"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"} if crash_after is not None else {}),
             **(extra_env or {}),
         }
         if home is not None:
@@ -94,10 +102,10 @@ class LocalStack:
         self.log_folder.mkdir(parents=True, exist_ok=True)
         self.processes: list[subprocess.Popen] = []
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, program: tuple[str, ...] = ()) -> subprocess.Popen:
         output = open(self.log_folder / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            [executable("prefect"), *args],
+            [*(program or (executable("prefect"),)), *args],
             cwd=self.project,
             env=self.env,
             stdout=output,
@@ -133,11 +141,18 @@ class LocalStack:
     def start_worker(self) -> subprocess.Popen:
         return self._spawn("worker", "worker", "start", "--pool", POOL, "--type", "process")
 
+    def start_watcher(self) -> subprocess.Popen:
+        """The crash watcher (:mod:`digideep_stack.watcher`) with this stack's bound and retries."""
+        arguments = ("--crash-after", str(self.crash_after), "--retries", str(self.crash_retries))
+        return self._spawn("watcher", *arguments, program=(sys.executable, "-m", "digideep_stack.watcher"))
+
     def up(self) -> None:
         self.start_server()
         self.create_pool()
         self.deploy_all()
         self.start_worker()
+        if self.crash_after is not None:
+            self.start_watcher()
 
     def prefect_profile(
         self, announce: Callable[[str], None]
@@ -163,16 +178,33 @@ def main() -> int:
     )
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--port", type=int, default=4200)
+    parser.add_argument(
+        "--crash-after",
+        type=float,
+        default=120.0,
+        help="seconds without a heartbeat before a RUNNING flow run is marked Crashed (0: no watcher)",
+    )
+    parser.add_argument(
+        "--crash-retries",
+        type=int,
+        default=0,
+        help="crashed runs the watcher puts back in the queue, per run",
+    )
     arguments = parser.parse_args()
     home = os.environ.get("PREFECT_HOME")
-    stack = LocalStack(port=arguments.port, home=Path(home) if home else None)
+    stack = LocalStack(
+        port=arguments.port,
+        home=Path(home) if home else None,
+        crash_after=arguments.crash_after or None,
+        crash_retries=arguments.crash_retries,
+    )
     announce = lambda line: print(line, flush=True)  # noqa: E731
     with stop_on_signals():
         try:
             stack.up()
             announce(
                 f"Prefect UI: http://127.0.0.1:{arguments.port}  (API {stack.api_url}); worker on pool '{POOL}'. "
-                "Ctrl-C stops both."
+                "Ctrl-C stops them."
             )
             with stack.prefect_profile(announce):
                 while all(p.poll() is None for p in stack.processes):

@@ -179,3 +179,33 @@ def test_a_taken_port_is_refused_in_one_line(tmp_path, command, prefix, what):
         f"({' '.join(psutil.Process().cmdline()[:4])[:80]}); "
         "stop that process (a server left running?) or choose another --port\n"
     )
+
+
+def test_the_local_stacks_watcher_crashes_a_run_whose_process_is_gone_so_that_retry_can_resume_it(tmp_path):
+    """After a reboot the flow runs of ``make prefect-up`` would stay RUNNING for ever (nothing is left
+    to report their end): the stack's watcher marks such a run Crashed, where the UI offers Retry."""
+    import datetime
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running, Scheduled
+
+    from digideep_stack.local_stack import LocalStack
+
+    stack = LocalStack(port=free_port(), home=tmp_path / "prefect-home", crash_after=3.0)
+    try:
+        stack.up()
+        assert stack.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
+        with get_client(sync_client=True, httpx_settings={"base_url": stack.api_url}) as client:
+            deployment = client.read_deployment_by_name("train/pendulum-sac")
+            later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+            run = client.create_flow_run_from_deployment(deployment.id, state=Scheduled(scheduled_time=later))
+            # a run whose process died with the machine: RUNNING, and no heartbeat ever comes
+            client.set_flow_run_state(run.id, Running(), force=True)
+            deadline = time.monotonic() + 60
+            while (state := client.read_flow_run(run.id).state).type.value == "RUNNING":
+                assert time.monotonic() < deadline, "the watcher left the dead run RUNNING"
+                time.sleep(0.5)
+        assert state.type.value == "CRASHED", state
+        assert "heartbeat" in (state.message or ""), state.message
+    finally:
+        stack.stop()
