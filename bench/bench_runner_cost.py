@@ -1,7 +1,8 @@
 """The Runner's own cost per iteration on the reference schedule, against a SAC gradient step.
 
-    .venv/bin/python bench/bench_runner_cost.py                     # Hopper-v5, ~2 minutes
+    .venv/bin/python bench/bench_runner_cost.py                     # Hopper-v5
     .venv/bin/python bench/bench_runner_cost.py --env HalfCheetah-v5 --repeats 9 --iterations 400
+    .venv/bin/python bench/bench_runner_cost.py --clock thread      # on a shared machine
 
 The shipped off-policy files alternate one frame and one gradient step (``n_steps`` 1), so every
 frame passes through the whole loop: the explorer's bookkeeping, storing a chunk of one row (and its
@@ -20,10 +21,18 @@ turn, ``--repeats`` times (medians per call):
 - **env step**: one step of the same environment stack (wrappers included), made apart.
 
 The Runner's own cost is ``iteration - gradient step - act - env step``, printed as a share of the
-gradient step (goal: at most 5 %), and split by the Runner's own stage timers (medians over the
-iteration blocks): the explorer's bookkeeping, storing, sampling, the update's batch and metrics
-around the gradient step, and the schedule itself. Measure on a quiet machine: the figures are medians, but a load
-that comes and goes between blocks still moves a difference of small numbers.
+gradient step (goal: at most 5 %). The iteration blocks time each stage and the act, the env step and
+the gradient step as the loop calls them, which splits that cost (medians over the blocks) into the
+Runner's code (the explorer's bookkeeping, storing, sampling, the update's batch and metrics around
+the gradient step, the schedule itself) and how much longer the act, the env step and the gradient
+step take in the loop than alone: each runs there after other work has had the core and its caches
+(the other pieces, and on a shared machine other processes). The timers' own calls to the clock are
+counted in the Runner's code.
+
+Measure on a quiet machine: the figures are medians, but a load that comes and goes between blocks
+still moves a difference of small numbers. On a shared one, ``--clock thread`` counts the training
+thread's CPU time instead of the elapsed time, which leaves out the time other processes hold the
+core (but not the caches they evict).
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -48,7 +59,6 @@ from digideep.pipeline.devices import DeviceChoice, set_torch_threads  # noqa: E
 from digideep.pipeline.params import load_params_module  # noqa: E402
 from digideep.pipeline.runner import Runner  # noqa: E402
 from digideep.pipeline.session import Session  # noqa: E402
-from digideep.utility.profiling import profiler  # noqa: E402
 
 
 def build_runner(root: Path, env_id: str, seed: int) -> Runner:
@@ -64,25 +74,44 @@ def build_runner(root: Path, env_id: str, seed: int) -> Runner:
 
 
 STAGES = ("explore", "store", "sample", "update")
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+"""``--clock``: wall-clock seconds, or the CPU seconds of the training thread."""
 
 
-def plain_loop(runner: Runner, iterations: int) -> float:
-    """Seconds per iteration of ``iterations`` iterations of the plain loop, walking ``schedule``;
-    the Runner's own stage timers (:data:`~digideep.utility.profiling.profiler`) record each stage."""
+class Timed:
+    """``function`` with a timer: ``clock`` seconds spent in its calls since :meth:`reset`."""
+
+    def __init__(self, function: Callable[..., Any], clock: Callable[[], float]) -> None:
+        self.function, self.clock, self.seconds = function, clock, 0.0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = self.clock()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.seconds += self.clock() - start
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+
+def plain_loop(runner: Runner, iterations: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per iteration of ``iterations`` iterations of the plain loop, walking ``schedule``."""
     target = runner.counters.iteration + iterations
-    profiler.reset()
-    start = time.perf_counter()
+    start = clock()
     for stage, function in runner.schedule():
         function()
         if stage == "update" and runner.counters.iteration >= target:
             break
-    return (time.perf_counter() - start) / iterations
+    return (clock() - start) / iterations
 
 
-def stage_means() -> dict[str, float]:
-    """Seconds per call of each iteration stage in the last :func:`plain_loop` block."""
-    summary = profiler.summary()
-    return {stage: summary[f"/{stage}"]["mean"] for stage in STAGES}
+def repeated(function: Callable[[], Any], calls: int, clock: Callable[[], float]) -> float:
+    """Seconds per call of ``calls`` calls of ``function``."""
+    start = clock()
+    for _ in range(calls):
+        function()
+    return (clock() - start) / calls
 
 
 def main() -> None:
@@ -90,8 +119,17 @@ def main() -> None:
     parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium MuJoCo id (default Hopper-v5)")
     parser.add_argument("--iterations", type=int, default=300, help="iterations (or calls) per block")
     parser.add_argument("--repeats", type=int, default=7, help="blocks of each kind, alternated")
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="wall: elapsed seconds (default); thread: the training thread's CPU seconds, which leave "
+        "out the time other processes hold the core (steadier on a shared machine; the memory's "
+        "background writes are not counted)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    clock, n = CLOCKS[args.clock], args.iterations
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bench_runner_cost_") as tmp:
         runner = build_runner(Path(tmp), args.env, args.seed)
@@ -108,38 +146,34 @@ def main() -> None:
             noise = None if noise is None else noise[0]
             obs, hidden, masks = explorer._obs, explorer._hidden["agent"], np.ones((1, 1), np.float32)
             actions = {"agent": agent.action_generator(obs, hidden, masks)["actions"]}
+            update, action_generator = agent._update, agent.action_generator
 
-            def step() -> float:
-                start = time.perf_counter()
-                for _ in range(args.iterations):
-                    agent._update(one, noise, actor_step=True)
-                return (time.perf_counter() - start) / args.iterations
-
-            def act() -> float:
-                start = time.perf_counter()
-                for _ in range(args.iterations):
-                    agent.action_generator(obs, hidden, masks)
-                return (time.perf_counter() - start) / args.iterations
-
-            def env_step() -> float:
-                start = time.perf_counter()
-                for _ in range(args.iterations):
-                    envs.step(actions)
-                return (time.perf_counter() - start) / args.iterations
-
-            stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+            # timers around the stages and around the three pieces, as the loop calls them
+            stages = {stage: Timed(getattr(runner, stage), clock) for stage in STAGES}
+            pieces = {
+                "gradient step": Timed(update, clock),
+                "act": Timed(action_generator, clock),
+                "env step": Timed(explorer.envs.step, clock),
+            }
+            for stage, timed in stages.items():
+                setattr(runner, stage, timed)  # what schedule() yields
+            agent._update, agent.action_generator = pieces["gradient step"], pieces["act"]
+            explorer.envs.step = pieces["env step"]
+            in_loop: dict[str, list[float]] = {name: [] for name in [*stages, *pieces]}
 
             def iteration() -> float:
-                seconds = plain_loop(runner, args.iterations)
-                for stage, mean in stage_means().items():
-                    stages[stage].append(mean)
+                for timed in [*stages.values(), *pieces.values()]:
+                    timed.reset()
+                seconds = plain_loop(runner, n, clock)
+                for name, timed in [*stages.items(), *pieces.items()]:
+                    in_loop[name].append(timed.seconds / n)
                 return seconds
 
             kinds = {
                 "iteration": iteration,
-                "gradient step": step,
-                "act": act,
-                "env step": env_step,
+                "gradient step": lambda: repeated(lambda: update(one, noise, actor_step=True), n, clock),
+                "act": lambda: repeated(lambda: action_generator(obs, hidden, masks), n, clock),
+                "env step": lambda: repeated(lambda: envs.step(actions), n, clock),
             }
             times: dict[str, list[float]] = {kind: [] for kind in kinds}
             for _ in range(args.repeats):
@@ -150,20 +184,22 @@ def main() -> None:
             runner.close()
             runner.session.close()
     median = {kind: statistics.median(values) for kind, values in times.items()}
-    stage = {name: statistics.median(values) for name, values in stages.items()}
+    inner = {name: statistics.median(values) for name, values in in_loop.items()}
     own = median["iteration"] - median["gradient step"] - median["act"] - median["env step"]
-    parts = {  # where the Runner's own cost goes
-        "explorer's bookkeeping (explore - act - env step)": stage["explore"]
-        - median["act"]
-        - median["env step"],
-        "memory store (ring and write-through)": stage["store"],
-        "replay draw and gather (sample)": stage["sample"],
-        "batch to tensors and metrics (update - gradient step)": stage["update"] - median["gradient step"],
-        "the schedule, timers and counters (iteration - stages)": median["iteration"] - sum(stage.values()),
+    code = {  # where the Runner's own cost goes: its code...
+        "explorer's bookkeeping (explore - act - env step)": inner["explore"]
+        - inner["act"]
+        - inner["env step"],
+        "memory store (ring and write-through)": inner["store"],
+        "replay draw and gather (sample)": inner["sample"],
+        "batch to tensors and metrics (update - gradient step)": inner["update"] - inner["gradient step"],
+        "the schedule and counters (iteration - stages)": median["iteration"]
+        - sum(inner[stage] for stage in STAGES),
     }
+    slower = {name: inner[name] - median[name] for name in pieces}  # ...and the pieces' slowdown there
     print(
-        f"\nparams.mujoco_sac on {args.env}, n_steps 1, one gradient step per frame; "
-        f"{args.repeats} blocks of {args.iterations}, medians per call (min-max over blocks):"
+        f"\nparams.mujoco_sac on {args.env}, n_steps 1, one gradient step per frame; {args.clock} clock; "
+        f"{args.repeats} blocks of {n}, medians per call (min-max over blocks):"
     )
     for kind, values in times.items():
         print(f"  {kind:<14} {1e3 * median[kind]:7.3f} ms  ({1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
@@ -171,8 +207,17 @@ def main() -> None:
         f"  Runner's own   {1e3 * own:7.3f} ms a frame = {100 * own / median['gradient step']:.1f} % of a "
         "gradient step (goal <= 5 %), of which:"
     )
-    for name, seconds in parts.items():
+    for name, seconds in code.items():
         print(f"    {1e3 * seconds:6.3f} ms  {name}")
+    print(
+        f"    {1e3 * sum(slower.values()):6.3f} ms  the act, env step and gradient step, slower in the loop "
+        "than alone: " + ", ".join(f"{name} {1e3 * seconds:+.3f}" for name, seconds in slower.items())
+    )
+    runner_code = sum(code.values())
+    print(
+        f"  the Runner's code (the first five) {1e3 * runner_code:.3f} ms = "
+        f"{100 * runner_code / median['gradient step']:.1f} % of a gradient step"
+    )
     print(f"\n{machine()}, torch {torch.__version__}, {torch.get_num_threads()} torch thread(s)")
 
 

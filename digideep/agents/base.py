@@ -216,8 +216,8 @@ class AgentBase:
         """The Explorer's numpy inputs as float32 tensors on :attr:`act_device`: ``(obs, hidden, masks)``."""
         device = self.act_device
         obs = self.obs.from_explorer(observations, device)
-        hidden = torch.as_tensor(hidden_state, dtype=torch.float32).to(device)
-        mask = torch.as_tensor(masks, dtype=torch.float32).to(device)
+        hidden = torch.as_tensor(hidden_state, dtype=torch.float32, device=device)
+        mask = torch.as_tensor(masks, dtype=torch.float32, device=device)
         return obs, hidden, mask
 
     def _act(
@@ -326,7 +326,7 @@ def _to_numpy(out: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, Mapping):
             result[key] = _to_numpy(value)
         else:
-            array = value.detach().cpu().numpy()
+            array = value.numpy(force=True)  # detached, on the host
             result[key] = array.astype(np.float32) if array.dtype == np.float64 else array
     return result
 

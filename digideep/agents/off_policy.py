@@ -269,10 +269,11 @@ class OffPolicyAgent(AgentBase):
     def prepare(self, batches: Mapping[str, np.ndarray | torch.Tensor]) -> Transitions:
         """A sampled ``{key: (N, B, ...)}`` dict as :class:`Transitions` on the device: numpy arrays are
         copied there (:func:`~digideep.agents.utils.to_torch`), tensors already there are used as they are."""
-        missing = [k for k in self.batch_keys() if k not in batches]
+        keys = self.batch_keys()
+        missing = [k for k in keys if k not in batches]
         if missing:
             raise ValueError(f"agent '{self.name}': the batch lacks {missing}; sample it with agent.sample()")
-        tensors = to_torch({k: batches[k] for k in self.batch_keys()}, self.device)
+        tensors = to_torch({k: batches[k] for k in keys}, self.device)
         observations = self.obs.from_batch(tensors, "/observations")
         lead = observations.shape[:2]
         return Transitions(

@@ -21,11 +21,13 @@ next observations, infos) are ``nonify`` placeholders (NaN for floats). The vect
 ``AutoresetMode.SAME_STEP`` (see :mod:`digideep.environment.make_environment` for why).
 
 Chunk arrays are preallocated time-major ``(T+1, W, ...)`` (:mod:`digideep.environment.chunk`),
-written one row per step, and handed out batch-major.
+written one row per step, and handed out as batch-major copies; an ``n_steps`` explorer writes every
+chunk into the same buffers.
 
-Beside the arrays, the returned :class:`Chunk` carries the statistics of the episodes that ended
-in it (:class:`EpisodeStats`): the Explorer hands them to its caller instead of writing them into
-a process-wide Monitor, so what the Runner logs comes to it as data.
+Beside the arrays, the returned :class:`~digideep.environment.chunk.Chunk` carries the statistics of
+the episodes that ended in it (:class:`~digideep.environment.chunk.EpisodeStats`): the Explorer hands
+them to its caller instead of writing them into a process-wide Monitor, so what the Runner logs comes
+to it as data.
 """
 
 from __future__ import annotations
@@ -33,49 +35,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from digideep.environment.chunk import ChunkBuffers
+from digideep.environment.chunk import NO_EPISODES, Chunk, ChunkBuffers, EpisodeStats
 from digideep.environment.explorer_state import ExplorerStateMixin
 from digideep.environment.make_environment import MODES, MakeEnvironment
 from digideep.environment.spaces import buffer_dtype, flat_leaves
 from digideep.utility.flat_keys import flatten_dict
-from digideep.utility.placeholders import placeholder_array
 
-__all__ = ["Chunk", "EpisodeStats", "Explorer"]
+__all__ = ["Explorer"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EpisodeStats:
-    """The episodes that ended during one :meth:`Explorer.update`, in the order they ended.
-
-    Attributes:
-        returns: (n,) float64, each episode's undiscounted return (``RecordEpisodeStatistics``).
-        lengths: (n,) float64, each episode's length in steps.
-    """
-
-    returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-
-class Chunk(dict):
-    """What :meth:`Explorer.update` returns: the flat trajectory dict (module doc), and its episodes.
-
-    A plain ``dict[str, np.ndarray]`` in every use (memories store it as one); ``episodes`` rides
-    beside the arrays.
-
-    Attributes:
-        episodes: the statistics of the episodes that ended in this chunk.
-    """
-
-    def __init__(self, arrays: dict[str, np.ndarray], episodes: EpisodeStats) -> None:
-        super().__init__(arrays)
-        self.episodes = episodes
 
 
 class Explorer(ExplorerStateMixin):
@@ -156,6 +128,14 @@ class Explorer(ExplorerStateMixin):
             n: (self.action_space[n].shape, buffer_dtype(self.action_space[n])) for n in self.agents
         }
         self._ones = np.ones((num_workers, 1), dtype=np.float32)
+        # x . 0 is NaN when x holds a NaN or an inf, and 0 otherwise: the cheapest finiteness test of
+        # a row (W, *shape) of a float Box observation
+        self._finite_probe: np.ndarray | None = None
+        if not self._obs_is_dict:
+            shape, dtype = self._obs_specs[""]
+            if np.dtype(dtype).kind == "f":
+                self._finite_probe = np.zeros(num_workers * math.prod(shape), dtype)
+        self._buffers: ChunkBuffers | None = None  # those of the last n_steps chunk, reused by the next
         self._max_episode_steps = self.make_environment.time_limit
         self.win_size = win_size
         self.metric_names = (f"/explore/{mode}/episode_return", f"/explore/{mode}/episode_length")
@@ -193,7 +173,7 @@ class Explorer(ExplorerStateMixin):
             self.reset()
         self._ended = returns, lengths = [], []
         if self.n_episodes is None:
-            chunk = self._new_chunk(self.n_steps + 1)
+            chunk = self._fixed_chunk()
             t, _ = self._collect(chunk, 0, self.n_steps, None)
         else:
             if self.n_steps is not None:
@@ -210,7 +190,9 @@ class Explorer(ExplorerStateMixin):
                 chunk.grow(2 * chunk.capacity)
         self._final_prestep(chunk, t)
         self.was_reset = False
-        episodes = EpisodeStats(np.array(returns, dtype=np.float64), np.array(lengths, dtype=np.float64))
+        episodes = NO_EPISODES
+        if returns:
+            episodes = EpisodeStats(np.array(returns, dtype=np.float64), np.array(lengths, dtype=np.float64))
         return Chunk(chunk.finish(t), episodes)
 
     def close(self) -> None:
@@ -235,13 +217,22 @@ class Explorer(ExplorerStateMixin):
             {n: h.shape for n, h in self._hidden.items()},
         )
 
+    def _fixed_chunk(self) -> ChunkBuffers:
+        """The buffers of an ``n_steps`` chunk: the last chunk's, started anew (the chunk handed out
+        is a copy of them), so a short chunk allocates nothing but its copy."""
+        if self._buffers is None:
+            self._buffers = self._new_chunk(self.n_steps + 1)
+        self._buffers.start()
+        return self._buffers
+
     def _write_obs(self, chunk: ChunkBuffers, t: int) -> Any:
         """Copy the current observation into row ``t`` and return what the agents see (row views)."""
         if not self._obs_is_dict:
             buf = chunk.obs[""]
             buf[t] = self._obs
             row = buf[t]
-            if row.dtype.kind == "f" and not np.isfinite(row).all():
+            probe = self._finite_probe
+            if probe is not None and not math.isfinite(row.reshape(-1).dot(probe)):
                 self._raise_not_finite("", row)
             return row
         rows = {}
@@ -262,7 +253,7 @@ class Explorer(ExplorerStateMixin):
             chunk.hidden[name][t] = hidden
             actions = chunk.actions[name]
             if not self.final_action:
-                actions[t] = placeholder_array(actions.shape[1:], actions.dtype)
+                actions[t] = chunk.action_fills[name]
                 continue
             if self.steps < self.warm_start:
                 out = agent.random_action_generator(agent_obs, hidden, masks)
@@ -290,11 +281,8 @@ class Explorer(ExplorerStateMixin):
         The hot loop: what it touches is bound to locals and each row is written in place.
         """
         envs_step, hidden, ones = self.envs.step, self._hidden, self._ones
-        obs_is_dict = self._obs_is_dict
+        obs_is_dict, probe = self._obs_is_dict, self._finite_probe
         obs_buf = None if obs_is_dict else chunk.obs[""]
-        check = obs_buf is not None and obs_buf.dtype.kind == "f"
-        # x . 0 is NaN when x holds a NaN or an inf, and 0 otherwise: the cheapest finiteness test
-        zeros = np.zeros(int(np.prod(obs_buf.shape[1:])), obs_buf.dtype) if check else None
         masks_buf, rewards, terminals, truncations = (
             chunk.masks,
             chunk.rewards,
@@ -314,7 +302,7 @@ class Explorer(ExplorerStateMixin):
                 else:
                     obs_buf[t] = cur_obs
                     agent_obs = obs_buf[t]
-                    if check and not math.isfinite(agent_obs.reshape(-1).dot(zeros)):
+                    if probe is not None and not math.isfinite(agent_obs.reshape(-1).dot(probe)):
                         self._raise_not_finite("", agent_obs)
                 masks_buf[t] = cur_masks
                 masks = masks_buf[t]
@@ -340,23 +328,14 @@ class Explorer(ExplorerStateMixin):
                 truncations[t] = truncated
                 steps += 1
                 cur_obs = flatten_dict(obs) if obs_is_dict else obs
+                chunk.write_infos(t, infos)
                 if "final_obs" in infos:
-                    chunk.write_infos(t, infos)
                     self.steps = steps
                     cur_masks, ended = self._episode_ends(chunk, t, terminated, truncated, infos)
                     if episodes_left is not None:
                         episodes_left -= ended
                 else:
                     cur_masks = ones
-                    if len(infos) == chunk.info_len:
-                        try:
-                            for key, valid_key, values, valid in chunk.info_fast:
-                                values[t] = infos[key]
-                                valid[t] = infos[valid_key]
-                        except KeyError:
-                            chunk.write_infos(t, infos)
-                    else:
-                        chunk.write_infos(t, infos)
                 t += 1
                 if render_delay:
                     time.sleep(render_delay)

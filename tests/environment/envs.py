@@ -5,6 +5,8 @@
 - ``DigiTwoAgent-v0``: two agents in one env: ``mover`` (Box) and ``switch`` (Discrete(3)).
 - ``DigiOpaque-v0``: keeps its state where digideep cannot capture it (no ``state`` attribute).
 - ``DigiImage-v0``: (H, W, C) uint8 image observations.
+- ``DigiTicks-v0``: counts its steps from its first reset seed's parity; its info ``tick`` comes at
+  every step, ``odd_tick`` (int64) only at odd counts (workers seeded apart alternate).
 
 ``nan_seed``: the worker whose reset seed equals it returns NaN observations from ``nan_step`` on,
 so that a test can check that the Explorer names the right worker.
@@ -147,11 +149,34 @@ class ImageEnv(gym.Env):
         return self._obs(), 1.0, False, False, {}
 
 
+class TicksEnv(gym.Env):
+    """A counter of steps from the parity of its reset seed, reported in its infos: ``tick`` always,
+    ``odd_tick`` at odd counts."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.ticks = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.ticks = 0 if seed is None else seed % 2
+        return np.array([self.ticks], np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.ticks += 1
+        info: dict[str, Any] = {"tick": float(self.ticks)}
+        if self.ticks % 2:
+            info["odd_tick"] = np.int64(self.ticks)
+        return np.array([self.ticks], np.float32), 0.0, False, False, info
+
+
 _REGISTERED = {
     "DigiDictObs-v0": (DictObsEnv, 20),
     "DigiTwoAgent-v0": (TwoAgentEnv, 25),
     "DigiOpaque-v0": (OpaqueEnv, 50),
     "DigiImage-v0": (ImageEnv, 10),
+    "DigiTicks-v0": (TicksEnv, 100),
 }
 for _id, (_cls, _limit) in _REGISTERED.items():
     if _id not in gym.registry:

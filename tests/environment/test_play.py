@@ -47,7 +47,9 @@ def test_listing_shows_the_spaces_of_matching_ids_and_errors_per_id() -> None:
 
 
 def test_listing_excludes_and_imports_custom_modules() -> None:
-    result = play("--list-include", "^Digi", "--list-exclude", "Opaque|Image", "--from-module", TEST_ENVS)
+    result = play(
+        "--list-include", "^Digi", "--list-exclude", "Opaque|Image|Ticks", "--from-module", TEST_ENVS
+    )
     assert result.returncode == 0, result.stderr
     assert [line.split()[0] for line in result.stdout.splitlines()] == [
         "DigiDictObs-v0",
