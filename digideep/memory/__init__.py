@@ -1,26 +1,13 @@
-"""Memories of trajectory chunks and the samplers that read them.
-
-- :class:`Memory` (:mod:`~digideep.memory.memory`): the off-policy replay memory, ``capacity`` rows
-  per worker: a RAM ring (:mod:`~digideep.memory.ring`) that sampling reads, and with a path an
-  append-only Zarr log (:mod:`~digideep.memory.log`) that ``flush()`` commits and
-  ``restore(state)`` returns to byte for byte. ``mode="disk"`` keeps no ring: sampling reads the log.
-- :class:`RolloutMemory` (:mod:`~digideep.memory.rollout`): on-policy, the latest chunk(s) by
-  reference, stacked uint8 frames held once (:mod:`~digideep.memory.frames`).
-- :class:`TrajectoryMemory`: what the Runner needs of both.
-- :class:`Sampler` and its units (:mod:`~digideep.memory.sampler`).
-
-A chunk is the Explorer's flat dict, ``(W, T + 1, ...)`` per key (``docs/trajectories.md``); its
-last row, the final prestep, is overwritten by the next chunk's first row. The valid transition
-rows are the ``size`` rows before ``pos`` (``valid_rows()``; sample through
-:func:`uniform_transitions` or ``physical_rows``, never ``randint(size)``, wrong once the ring
-wraps). A key that appears late is back-filled with the nonify placeholder; a chunk that does not
-fit is refused with a message naming the key, the memory left unchanged. The design, its
-guarantees and its costs: ``docs/memory.md``.
+"""Memories of trajectory chunks and the samplers that read them (``docs/memory.md``):
+:class:`Memory`, the off-policy replay memory (a RAM ring in front of an append-only Zarr log);
+:class:`RolloutMemory`, the on-policy latest chunk(s); :class:`TrajectoryMemory`, what the Runner
+needs of both; :class:`Sampler` and its units, which draw valid rows through
+:func:`uniform_transitions` or ``physical_rows`` (never ``randint(size)``, wrong once the ring wraps).
 """
 
-from digideep.memory.layout import DamagedMemoryError, KeySpec
 from digideep.memory.log import Readback
 from digideep.memory.memory import Memory, TrajectoryMemory
+from digideep.memory.record import DamagedMemoryError
 from digideep.memory.ring import DeviceMirror, RingState
 from digideep.memory.rollout import RolloutMemory
 from digideep.memory.sampler import (
@@ -45,7 +32,6 @@ __all__ = [
     "DamagedMemoryError",
     "DeviceMirror",
     "DeviceUniformTransitions",
-    "KeySpec",
     "LastChunk",
     "Memory",
     "Readback",

@@ -1,18 +1,14 @@
 """Frame-stack columns: a chunk's stacked image observations held one frame per row, rebuilt exactly.
 
 Within an episode, row ``t``'s stack is row ``t - 1``'s shifted by one frame plus one new frame. So
-an encoded chunk keeps:
+an encoded chunk keeps, of ``/observations``, the newest frame of every row plus the whole stack of
+every row that is *not* the previous row's shifted by one (a worker's first row, episode starts,
+data that is not a frame stack); of ``/next_observations``, the whole stack where it differs from
+the next row's observation (an episode's final observation, the final prestep's placeholder).
 
-- ``/observations``: the newest frame of every row, plus the whole stack of every row that is *not*
-  the previous row's stack shifted by one (each worker's first row, episode starts, and any row of
-  data that is not a frame stack at all);
-- ``/next_observations``: nothing where it equals the next row's observation, the whole stack
-  elsewhere (the final observation where an episode ended, and the final prestep's placeholder).
-
-Which rows are shifted is checked on the bytes, so decoding is exact for any input; a key whose
-encoding would not be smaller stays a plain array. Only ``uint8`` keys whose rows are
-``(S >= 2, H, W, ...)`` stacks on the leading axis are encoded (Gymnasium's
-``FrameStackObservation`` on ``(84, 84)`` frames gives ``(4, 84, 84)``).
+Shifts are checked on the bytes, so decoding is exact for any input; a key whose encoding would not
+be smaller stays a plain array. Only ``uint8`` keys whose rows are ``(S >= 2, H, W, ...)`` stacks
+are encoded (Gymnasium's ``FrameStackObservation`` on ``(84, 84)`` frames gives ``(4, 84, 84)``).
 """
 
 from __future__ import annotations
@@ -25,13 +21,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class StackedFrames:
-    """``(W, R, S, *frame)`` stacks held as frames.
-
-    Attributes:
-        newest: ``(W, R, *frame)`` the last frame of every row's stack.
-        starts: ``(W, R)`` bool, rows whose whole stack is kept (never shifted from the row before).
-        whole: ``(n_starts, S, *frame)`` those stacks, in (worker, row) order.
-    """
+    """``(W, R, S, *frame)`` stacks held as frames: ``newest``, ``(W, R, *frame)`` the last frame of
+    every row's stack; ``starts``, ``(W, R)`` bool, the rows whose whole stack is kept (not shifted
+    from the row before); ``whole``, ``(n_starts, S, *frame)`` those stacks in (worker, row) order."""
 
     newest: np.ndarray
     starts: np.ndarray
@@ -42,23 +34,15 @@ class StackedFrames:
         return (*self.starts.shape, self.whole.shape[1], *self.newest.shape[2:])
 
     @property
-    def dtype(self) -> np.dtype:
-        return self.newest.dtype
-
-    @property
     def nbytes(self) -> int:
         return self.newest.nbytes + self.starts.nbytes + self.whole.nbytes
 
 
 @dataclass(frozen=True)
 class NextFrames:
-    """``(W, R, ...)`` next observations held as the exceptions to "the next row's observation".
-
-    Attributes:
-        source: the key of the observations it follows (``/observations`` for ``/next_observations``).
-        kept: ``(W, R)`` bool, rows held in ``rows`` (always the last row, the final prestep).
-        rows: ``(n_kept, *row_shape)`` those rows, in (worker, row) order.
-    """
+    """``(W, R, ...)`` next observations held as the exceptions to "the next row of ``source``" (the
+    observations' key): ``kept``, ``(W, R)`` bool, the rows held (the final prestep's always);
+    ``rows``, ``(n_kept, *row_shape)`` those rows in (worker, row) order."""
 
     source: str
     kept: np.ndarray
@@ -67,10 +51,6 @@ class NextFrames:
     @property
     def shape(self) -> tuple[int, ...]:
         return (*self.kept.shape, *self.rows.shape[1:])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.rows.dtype
 
     @property
     def nbytes(self) -> int:
@@ -109,7 +89,7 @@ def _gather(stacks: StackedFrames, index: np.ndarray) -> np.ndarray:
     """Frames at ``index`` (of :func:`_stack_index`) from ``newest`` and ``whole``, no pool copied."""
     frame = stacks.newest.shape[2:]
     newest, whole = stacks.newest.reshape(-1, *frame), stacks.whole.reshape(-1, *frame)
-    out = np.empty((*index.shape, *frame), stacks.dtype)
+    out = np.empty((*index.shape, *frame), stacks.newest.dtype)
     recent = index < len(newest)
     out[recent] = newest[index[recent]]
     out[~recent] = whole[index[~recent] - len(newest)]
@@ -133,7 +113,7 @@ def decode(column: Column, chunk: Mapping[str, Column]) -> np.ndarray:
         index = _stack_index(column, np.arange(W * R))
         return _gather(column, index).reshape(column.shape)
     if isinstance(column, NextFrames):
-        out = np.empty(column.shape, column.dtype)
+        out = np.empty(column.shape, column.rows.dtype)
         out[:, :-1] = decode(chunk[column.source], chunk)[:, 1:]
         out[column.kept] = column.rows
         return out
@@ -150,7 +130,7 @@ def decode_rows(
         return _gather(column, _stack_index(column, flat))
     if isinstance(column, NextFrames):
         kept = column.kept[workers, rows]
-        out = np.empty((len(workers), *column.shape[2:]), column.dtype)
+        out = np.empty((len(workers), *column.shape[2:]), column.rows.dtype)
         follow = ~kept
         out[follow] = decode_rows(chunk[column.source], workers[follow], rows[follow] + 1, chunk)
         place = np.cumsum(column.kept.ravel()) - 1
@@ -187,8 +167,3 @@ def decode_chunk(encoded: Mapping[str, Column]) -> dict[str, np.ndarray]:
         if isinstance(column, NextFrames):
             out[key] = decode(column, out)
     return {key: out[key] for key in encoded}
-
-
-def nbytes(encoded: Mapping[str, Column]) -> int:
-    """Bytes held by an (encoded or plain) chunk's arrays."""
-    return sum(column.nbytes for column in encoded.values())

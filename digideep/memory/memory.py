@@ -9,9 +9,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from digideep.memory.layout import KeySpec, fill_value, validate_chunk
-from digideep.memory.log import LogWriter, Readback, ZarrLog
-from digideep.memory.ring import DeviceMirror, Ring, RingState, parse_state, ring_slices
+from digideep.memory.log import Readback, ZarrLog
+from digideep.memory.ring import DeviceMirror, KeySpec, Ring, RingState, ring_slices, validate_chunk
+from digideep.memory.writer import LogWriter
 from digideep.storage.location import Location
 from digideep.utility.placeholders import placeholder_array
 
@@ -37,20 +37,20 @@ class Memory:
     """Circular memory of trajectory chunks, ``capacity`` rows (steps) per worker.
 
     Args:
-        path: the log's place, a local folder or an fsspec URL (``s3://bucket/.../train.zarr``; the
-            Runner passes ``session.memory_location(name).url``); ``None`` keeps the memory in RAM only.
+        path: the log's place, a local folder or an fsspec URL (``s3://bucket/.../train.zarr``);
+            ``None`` keeps the memory in RAM only.
         num_workers: ``W``, the explorer's worker count; every chunk must have it.
         capacity: ``C``, rows per worker (so ``W * C`` rows in all); at least 2.
-        mode: where sampling reads: ``"ram"`` (default), the ring, every row appended to the log behind
-            the training thread when there is a path; ``"disk"``: no ring, :meth:`store` appends to the
-            log and sampling reads it (memories larger than RAM, far slower).
+        mode: ``"ram"`` (default): sampling reads the ring, the log is written behind the training
+            thread; ``"disk"``: no ring, :meth:`store` writes the log and sampling reads it
+            (memories larger than RAM, far slower).
         zarr_chunk_rows: rows per Zarr chunk; ``None``: at most 1/16 of the ring and about 4 MiB
-            spanning all workers (``"ram"``) or 256 KiB of one worker (``"disk"``).
-        compression: ``None`` (default), ``"zstd"`` or ``"lz4"`` (level 1): replay data barely
-            compresses. ``"images"``: zstd for uint8 image keys only (Atari frame stacks).
+            of all workers (``"ram"``) or 256 KiB of one worker (``"disk"``).
+        compression: ``None`` (default), ``"zstd"`` or ``"lz4"`` (level 1); ``"images"``: zstd for
+            uint8 image keys only (Atari frame stacks).
         name: shown in messages and logs; defaults to the path's stem.
-        write_behind: ``"ram"`` mode: append on a background thread (default) or in :meth:`store`.
-        max_pending: ``"ram"`` mode: appends that may wait for the background thread.
+        write_behind: ``"ram"`` mode: write the log on a background thread (default) or in :meth:`store`.
+        max_pending: ``"ram"`` mode: writes that may wait for the background thread.
     """
 
     def __init__(
@@ -77,19 +77,18 @@ class Memory:
         self.location = None if path is None else Location(path)
         self.name = name or (self.location.stem if self.location is not None else "memory")
         self.mode = mode
-        self.num_workers, self.capacity = int(num_workers), int(capacity)  # W and C
+        self.num_workers, self.capacity = int(num_workers), int(capacity)
+        W, C = self.num_workers, self.capacity
         self.state = RingState()
         self.specs: dict[str, KeySpec] = {}  # keys stored so far, in the order they came
-        self.ring = Ring(self.num_workers, self.capacity) if mode == "ram" else None
+        self.ring = Ring(W, C) if mode == "ram" else None
         self.log: ZarrLog | None = None
         self.writer: LogWriter | None = None
         if self.location is not None:
-            disk = mode == "disk"
-            self.log = ZarrLog(
-                self.location, self.num_workers, self.capacity, self.name, zarr_chunk_rows, compression, disk
-            )
-            self.writer = None if disk else LogWriter(self.log, write_behind, max_pending)
-        self._prestep: dict[str, np.ndarray] = {}  # mode "disk": the final prestep row of every key
+            disk = mode == "disk"  # sampling reads the log: every store writes it through, in store()
+            self.log = ZarrLog(self.location, W, C, self.name, zarr_chunk_rows, compression, disk)
+            self.writer = LogWriter(self.log, write_behind and not disk, max_pending, through=disk)
+        self._prestep: dict[str, np.ndarray] = {}  # the final prestep row of every key, (W, *row_shape)
         self.mirrors: dict[tuple[torch.device, bool | None], DeviceMirror] = {}
 
     @classmethod
@@ -97,15 +96,14 @@ class Memory:
         """Build from a params ``memory`` entry: ``args`` plus what the Runner knows (see ``components``)."""
         return cls(location, num_workers=num_workers, name=name, **args)
 
-    # -- reading -------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        """Valid transition rows per worker (the latest row, a final prestep, is not one)."""
+        """Valid transition rows per worker (the final prestep is not one)."""
         return self.state.size
 
     @property
     def pos(self) -> int:
-        """Physical row of the latest row (the final prestep the next chunk overwrites)."""
+        """Physical row of the final prestep, which the next chunk overwrites."""
         return self.state.pos
 
     @property
@@ -126,10 +124,7 @@ class Memory:
         return iter(list(self.specs))
 
     def __repr__(self) -> str:
-        return (
-            f"Memory({self.name!r}, mode={self.mode!r}, num_workers={self.num_workers}, "
-            f"capacity={self.capacity}, size={self.size}, pos={self.pos}, keys={len(self.specs)})"
-        )
+        return f"Memory({self.name!r}, {self.mode}, W={self.num_workers}, C={self.capacity}, {self.state})"
 
     def __getitem__(self, key: str) -> np.ndarray:
         """The ``(W, C, ...)`` ring of ``key`` (in "disk" mode a copy read from the log)."""
@@ -137,11 +132,8 @@ class Memory:
             return self.ring.arrays[self._known(key)]
         spec = self.specs[self._known(key)]
         ring = placeholder_array((self.num_workers, self.capacity, *spec.shape), spec.dtype)
-        first = self.state.first
-        for a, b, offset in ring_slices(first % self.capacity, self.size, self.capacity):
-            ring[:, a:b] = self._log.read(key, first + offset, first + offset + b - a)
-        if key in self._prestep:
-            ring[:, self.pos] = self._prestep[key]
+        rows = self._rows(key, self.state.first, self.total + 1)
+        ring[:, (self.state.first + np.arange(rows.shape[1])) % self.capacity] = rows
         return ring
 
     def physical_rows(self, logical: np.ndarray) -> np.ndarray:
@@ -160,34 +152,36 @@ class Memory:
         self._known(key)
         if self.ring is not None:
             return self.ring.gather(key, workers, rows)
-        global_rows = self.state.total - (self.state.pos - rows) % self.capacity
-        return self._log.gather(key, workers, global_rows)
+        return self._log.gather(key, workers, self.state.total - (self.state.pos - rows) % self.capacity)
 
     def last_chunk(self) -> dict[str, np.ndarray]:
         """The latest stored chunk, ``(W, T + 1, ...)`` per key (views of the ring unless it wraps)."""
         rows = self.state.last_chunk_rows
         if rows == 0:
             raise ValueError(f"memory '{self.name}' holds no chunk yet; store one first")
-        out = {}
-        for key in self.specs:
-            if self.ring is not None:
-                start = (self.pos - rows + 1) % self.capacity
-                parts = [self.ring.arrays[key][:, a:b] for a, b, _ in ring_slices(start, rows, self.capacity)]
-            else:
-                parts = [self._log.read(key, self.total - rows + 1, self.total), self._prestep[key][:, None]]
-            out[key] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-        return out
+        return {key: self._rows(key, self.total - rows + 1, self.total + 1) for key in self.specs}
+
+    def _rows(self, key: str, start: int, stop: int) -> np.ndarray:
+        """Global rows ``start .. stop - 1`` of ``key`` (``stop <= total + 1``, at most ``C`` rows),
+        ``(W, stop - start, ...)``: views of the ring where they do not wrap, or read from the log."""
+        if self.ring is not None:
+            ring, pieces = (
+                self.ring.arrays[key],
+                ring_slices(start % self.capacity, stop - start, self.capacity),
+            )
+            parts = [ring[:, a:b] for a, b, _ in pieces]
+        else:
+            parts = [self._log.read(key, start, min(stop, self.total))]
+            if stop > self.total and key in self._prestep:
+                parts.append(self._prestep[key][:, None])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
     def mirror(
         self, device: torch.device | str, keys: Sequence[str], copy: bool | None = None
     ) -> DeviceMirror:
         """The rings of ``keys`` on ``device`` (:class:`~digideep.memory.ring.DeviceMirror`), kept equal
-        to the RAM ring by every later :meth:`store`; the same object on later calls.
-
-        Raises:
-            KeyError: a key the memory has not stored yet.
-            ValueError: a ``mode="disk"`` memory (no RAM ring).
-        """
+        to the RAM ring by every later :meth:`store`, the same object on later calls; refuses a key
+        not stored yet or a ``mode="disk"`` memory (no RAM ring)."""
         if self.ring is None:
             raise ValueError(
                 f"memory '{self.name}' reads Zarr (mode 'disk'): it has no RAM ring to mirror on "
@@ -209,65 +203,38 @@ class Memory:
         assert self.log is not None
         return self.log
 
-    # -- storing -------------------------------------------------------------------------------
     def store(self, chunk: Mapping[str, np.ndarray]) -> None:
-        """Append a chunk, ``(W, T + 1, ...)`` per key: into the ring and, with a path, the log.
-
-        Raises:
-            TypeError, ValueError: if the chunk does not fit the memory (worker count, rows, a key's
-                dtype or shape changed); nothing is changed then.
-            Exception: the error of a background write that failed.
-        """
+        """Append a chunk, ``(W, T + 1, ...)`` per key, into the ring and, with a path, the log; raises
+        (``TypeError``, ``ValueError``, changing nothing) if it does not fit, or a failed background
+        write's error."""
         rows, new_specs = validate_chunk(chunk, self.num_workers, self.specs, self.capacity, self.name)
         if self.writer is not None:
             self.writer.check()  # refuse before changing anything
-        start, steps = self.state.total, rows - 1
         pieces = ring_slices(self.state.pos, rows, self.capacity)
         self.specs.update(new_specs)
         if self.ring is not None:
             self.ring.store(chunk, pieces, new_specs)
-            if self.writer is not None:
-                self.writer.append(chunk, start, steps, self.specs, new_specs)
-        else:
-            self._append(chunk, start, steps, new_specs)
+        W = self.num_workers
+        self._prestep = {
+            key: chunk[key][:, -1].copy() if key in chunk else placeholder_array((W, *spec.shape), spec.dtype)
+            for key, spec in self.specs.items()
+        }
+        if self.writer is not None:
+            self.writer.append(chunk, self.state.total, rows - 1, self.specs, new_specs)
         self.state = self.state.advance(rows, self.capacity)
         for mirror in self.mirrors.values():
             mirror.write(pieces)
 
-    def _append(self, chunk: Mapping[str, np.ndarray], start: int, steps: int, new_specs: dict) -> None:
-        """Mode "disk": the chunk's rows straight to the log; its final prestep kept in RAM."""
-        writes = []
-        for key, spec in self.specs.items():
-            value = chunk.get(key)
-            writes.append(
-                (key, start, start + steps, fill_value(spec.dtype) if value is None else value[:, :steps])
-            )
-            row = placeholder_array((self.num_workers, *spec.shape), spec.dtype)
-            self._prestep[key] = row if value is None else value[:, steps].copy()
-        new = {key: (spec, self._log.planned_rows(spec)) for key, spec in new_specs.items()}
-        self._log.append(new, start, writes)
-
-    # -- persistence ---------------------------------------------------------------------------
     def guard_writes(self, guard: Callable[[], None]) -> None:
         """Call ``guard()`` (the session's lease check) before every write made behind the training
         thread; a write is skipped when it raises, and the next store raises its error."""
-        if self.writer is not None:
+        if self.writer is not None and self.ring is not None:
             self.writer.guard = guard
 
     def flush(self) -> None:
         """Make the stored rows durable: write the chunks being filled, then commit the pointers."""
-        if self.log is None:
-            return
-        prestep = {}
-        if self.state.last_chunk_rows:
-            if self.ring is not None:
-                prestep = {key: ring[:, self.pos].copy() for key, ring in self.ring.arrays.items()}
-            else:
-                prestep = dict(self._prestep)
         if self.writer is not None:
-            self.writer.flush(self.state, self.specs, prestep)
-        else:
-            self.log.commit(self.state, self.specs, prestep)
+            self.writer.flush(self.state, self.specs, self._prestep if self.state.last_chunk_rows else {})
 
     def wait(self) -> None:
         """Wait until the background writer appended every stored chunk (nothing is committed)."""
@@ -275,63 +242,48 @@ class Memory:
             self.writer.wait()
 
     def checkpoint_committed(self, state: Mapping[str, int] | None = None, keep: int = 0) -> None:
-        """Say that a checkpoint holding ``state`` (default: the current one) is durable: the log keeps
-        the rows of the newest ``keep`` such checkpoints (``0``: all) and deletes older chunks.
-
-        Raises:
-            ValueError: if ``state`` is not the flushed state (flush before saving the checkpoint).
-        """
-        if self.log is None:
-            return
-        target = self.state if state is None else self._ring_state(state)
+        """Say that a checkpoint holding ``state`` (default: the current one, which must be flushed) is
+        durable: the log keeps the rows of the newest ``keep`` such checkpoints (``0``: all) and
+        deletes older chunks."""
         if self.writer is not None:
-            self.writer.checkpoint(target, keep)
-        else:
-            self.log.delete(self.log.checkpoint(target, keep))
+            self.writer.checkpoint(self.state if state is None else self._ring_state(state), keep)
 
     def load(self) -> None:
         """Return to the log's last commit.
 
         Raises:
-            FileNotFoundError: if nothing was flushed at :attr:`path` (or the memory has no path).
-            ValueError: if the log is not a memory of this ``num_workers`` and ``capacity``.
+            FileNotFoundError, ValueError: nothing was flushed at :attr:`path`; it is another memory.
         """
         if self.log is None:
             raise FileNotFoundError(
                 f"memory '{self.name}' keeps no durable copy (it was created without a path); nothing to load"
             )
         self.wait()
-        state = self.log.open().state
-        self.restore({**state.as_dict(), "num_workers": self.num_workers, "capacity": self.capacity})
+        self.restore(
+            {**self.log.open().state.as_dict(), "num_workers": self.num_workers, "capacity": self.capacity}
+        )
 
     def prepare_restore(self, state: Mapping[str, int]) -> Readback:
         """Read back and check what :meth:`restore` to ``state`` gives (the next ring, every chunk's
-        checksum checked), changing nothing; ``prepared.state`` is ``state`` with the rows kept.
-
-        Raises:
-            ValueError: if ``state`` is of another layout or not a state of this memory's data.
-            FileNotFoundError: if ``state`` holds rows but nothing was flushed at :attr:`path`.
-            DamagedMemoryError: a chunk file is missing or a chunk fails its checksum; names them.
-        """
+        checksum checked), changing nothing (:meth:`~digideep.memory.log.ZarrLog.read_back`)."""
         target = self._ring_state(state)
         if self.log is None:  # rows stored after the target overwrote its oldest ones
             return Readback(target, self.state.restored(target, self.capacity, self.state.first))
         self.wait()
-        return self.log.read_back(target, None if self.ring is None else self.ring.empty)
+        return self.log.read_back(target, self.ring)
 
     def restore(self, state: Mapping[str, int], prepared: Readback | None = None) -> None:
         """Return to a checkpoint's state, data included (a memory without a path rolls back in RAM,
         keeping the rows later stores left); ``prepared``: :meth:`prepare_restore`'s."""
         prepared = prepared or self.prepare_restore(state)
-        if self.log is not None:
-            self.wait()
-            self.log.adopt(prepared)
+        if self.writer is not None:
+            self.writer.wait()
+            self._log.adopt(prepared)
             self.specs = dict(prepared.specs)
             if self.ring is not None:
-                self.ring.adopt(prepared.arrays or {})
+                self.ring.arrays = dict(prepared.arrays or {})
             self._prestep = dict(prepared.prestep)
-            if self.writer is not None:
-                self.writer.reset(prepared.seeds)
+            self.writer.reset(prepared.state.total)
         self.state = prepared.state
         for mirror in self.mirrors.values():
             mirror.refill()
@@ -340,9 +292,7 @@ class Memory:
         """The pointers, ``num_workers`` and ``capacity`` (ints, never the data)."""
         return {**self.state.as_dict(), "num_workers": self.num_workers, "capacity": self.capacity}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """The same as :meth:`restore`."""
-        self.restore(state)
+    load_state_dict = restore
 
     def close(self) -> None:
         """Wait for the writes in flight and end the background writer."""
@@ -362,4 +312,4 @@ class Memory:
                 f"memory '{self.name}': saved state has num_workers={layout[0]}, capacity={layout[1]}, "
                 f"this memory num_workers={self.num_workers}, capacity={self.capacity}"
             )
-        return parse_state(state)
+        return RingState.from_dict(state)

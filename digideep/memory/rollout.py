@@ -9,22 +9,15 @@ from typing import Any
 import numpy as np
 
 from digideep.memory import frames
-from digideep.memory.layout import KeySpec, validate_chunk
 from digideep.memory.log import Readback
-from digideep.memory.ring import RingState
+from digideep.memory.ring import KeySpec, RingState, validate_chunk
 
 
 class RolloutMemory:
-    """Holds the latest ``keep`` chunks by reference (the Explorer returns fresh arrays each time; read
-    them as read-only), stacked uint8 frames (Atari's) one frame per row, rebuilt exactly on read
-    (:mod:`~digideep.memory.frames`). Nothing is kept on disk: after a resume the next explore
-    refills it, which is what an on-policy agent needs.
-
-    Args:
-        num_workers: the explorer's worker count; every chunk must have it.
-        keep: how many of the latest chunks to hold (1 for PPO/A2C).
-        name: shown in messages.
-        frames: hold stacked uint8 frames once (see above); False keeps every array as stored.
+    """Holds the latest ``keep`` chunks (1 for PPO/A2C) of ``num_workers`` workers by reference (the
+    Explorer returns fresh arrays each time; read them as read-only); with ``frames``, stacked uint8
+    frames (Atari's) one frame per row, rebuilt exactly on read (:mod:`~digideep.memory.frames`).
+    Nothing is kept on disk: after a resume the next explore refills it, as an on-policy agent needs.
     """
 
     def __init__(self, num_workers: int, keep: int = 1, name: str = "rollout", frames: bool = True) -> None:
@@ -59,7 +52,7 @@ class RolloutMemory:
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held, all chunks (encoded frames counted as held)."""
-        return sum(frames.nbytes(chunk) for chunk in self._chunks)
+        return sum(column.nbytes for chunk in self._chunks for column in chunk.values())
 
     def keys(self) -> list[str]:
         """Keys of the latest chunk."""
@@ -88,36 +81,31 @@ class RolloutMemory:
         return frames.decode_chunk(self._last())
 
     def gather(self, key: str, workers: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``(n, *row_shape)`` values of ``key`` at the (worker, row) pairs of the latest chunk.
-
-        Frame stacks are rebuilt for those rows only (a minibatch costs its own size, not the chunk's).
-        """
+        """``(n, *row_shape)`` values of ``key`` at the (worker, row) pairs of the latest chunk (frame
+        stacks rebuilt for those rows only)."""
         chunk = self._last(key)
         return frames.decode_rows(chunk[key], workers, rows, chunk)
 
     def store(self, chunk: Mapping[str, np.ndarray]) -> None:
-        """Keep ``chunk`` (by reference), dropping the oldest beyond ``keep``.
-
-        Raises:
-            TypeError, ValueError: if the chunk does not fit (worker count, rows, a dtype or row
-                shape that changed); nothing is changed then.
-        """
+        """Keep ``chunk`` (by reference), dropping the oldest beyond ``keep``; a chunk that does not fit
+        is refused (``TypeError``, ``ValueError``), nothing changed."""
         _, new_specs = validate_chunk(chunk, self.num_workers, self._specs, None, self.name)
         self._specs.update(new_specs)
         self._chunks.append(frames.encode_chunk(chunk) if self.frames else dict(chunk))
         self._stored += 1
 
+    # Nothing is persisted or written behind the training thread: a resume's next explore refills it.
     def guard_writes(self, guard: Callable[[], None]) -> None:
-        """Nothing is written behind the training thread: ``guard`` is never called."""
+        """Never calls ``guard``: nothing is written."""
 
     def flush(self) -> None:
-        """Nothing to write: a rollout memory is not persisted."""
+        """Nothing to write."""
 
     def checkpoint_committed(self, state: Mapping[str, int] | None = None, keep: int = 0) -> None:
-        """Nothing to keep: a rollout memory is not persisted."""
+        """Nothing to keep."""
 
     def close(self) -> None:
-        """Nothing to wait for: a rollout memory has no background writer."""
+        """Nothing to wait for."""
 
     def state_dict(self) -> dict[str, int]:
         """Counters only: ``{"stored": chunks stored so far}``."""

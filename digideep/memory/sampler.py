@@ -1,27 +1,13 @@
-"""Samplers composed of units (the original Digideep's "decompose a sampler into smaller units").
-
-A unit is a plain function ``unit(data, info) -> data``: the first unit of a :class:`Sampler`
-receives the memory, each later one what the previous returned (usually a flat
-``dict[str, np.ndarray]``). ``info`` is the sampler's dict of settings, shared by all units; every
-unit documents the entries it reads, and the sampler adds ``info["rng"]``, a
-``numpy.random.Generator`` seeded from ``info.get("seed")`` whose state is in its ``state_dict``.
-
-Example (off-policy, with a NaN check injected)::
-
-    sampler = UniformTransitions(batch_size=256, num_batches=1000, keys=["/observations", ...], seed=0)
-    sampler.insert(1, check_nan)
-    batch = sampler(memory)  # {"/observations": (1000, 256, 17), ..., "/indices": (1000, 256, 2)}
-
-Units: sources take a memory (:func:`get_last_chunk`, :func:`uniform_transitions`,
-:func:`device_uniform_transitions`); transforms take and return a flat dict of numpy arrays or
-torch tensors (:func:`select_keys`, :func:`drop_final_prestep`, :func:`flatten_first_two`;
-:func:`minibatch_iterator` returns an iterator of minibatches: put it last). Debug units
-(:func:`inspect_shapes`, :func:`check_nan`, :func:`chunk_stats`) return their input unchanged and
-take a dict or an iterator of them.
+"""Samplers composed of units (``docs/samplers.md``): a unit is a function ``unit(data, info) ->
+data``; the first receives the memory, each later one what the previous returned. ``info`` holds the
+settings the units read and ``"rng"``, a ``numpy.random.Generator`` seeded from ``info["seed"]``.
+Sources take a memory; transforms take and return a flat dict of numpy arrays or torch tensors
+(:func:`minibatch_iterator` returns an iterator: put it last); debug units return their input.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import pairwise
@@ -39,12 +25,8 @@ Batch = dict[str, np.ndarray]
 
 
 class Sampler:
-    """A composition of units: ``sampler(memory)`` runs ``units`` in order.
-
-    Args:
-        units: the units, first to last.
-        info: settings read by the units (copied; the sampler adds ``"rng"``).
-    """
+    """A composition of units: ``sampler(memory)`` runs ``units`` in order with ``info``, the
+    settings the units read (copied; the sampler adds ``"rng"``)."""
 
     def __init__(self, units: Sequence[Unit], info: Mapping[str, Any] | None = None) -> None:
         self.units: list[Unit] = []
@@ -53,10 +35,6 @@ class Sampler:
         self.info: dict[str, Any] = dict(info or {})
         if self.info.get("rng") is None:
             self.info["rng"] = np.random.default_rng(self.info.get("seed"))
-
-    @property
-    def rng(self) -> np.random.Generator:
-        return self.info["rng"]
 
     def __call__(self, memory: Any) -> Any:
         data = memory
@@ -72,25 +50,17 @@ class Sampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The random generator's state (numbers and strings; loads with ``weights_only=True``)."""
-        return {"rng": self.rng.bit_generator.state}
+        return {"rng": self.info["rng"].bit_generator.state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        self.info["rng"].bit_generator.state = state["rng"]
 
 
 class UniformTransitions(Sampler):
-    """Off-policy: ``num_batches`` batches of ``batch_size`` transitions drawn uniformly, with replacement.
-
-    The :func:`uniform_transitions` unit with typed settings; ``sampler(memory)``
-    returns ``{key: (num_batches, batch_size, *row_shape)}`` plus ``"/indices"``.
-
-    Args:
-        batch_size: transitions per batch.
-        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
-        keys: keys to read; ``None`` reads every key.
-        seed: seed of the sampler's generator.
-        units: units run after the draw (transforms, debug units).
-    """
+    """Off-policy: ``num_batches`` batches (e.g. one per gradient step of the iteration) of
+    ``batch_size`` transitions of ``keys`` (``None``: every key) drawn uniformly, with replacement, by
+    a generator seeded with ``seed`` (:func:`uniform_transitions`), then ``units`` (transforms,
+    debug units): ``{key: (num_batches, batch_size, *row_shape)}`` plus ``"/indices"``."""
 
     def __init__(
         self,
@@ -100,23 +70,22 @@ class UniformTransitions(Sampler):
         seed: int | None = None,
         units: Sequence[Unit] = (),
     ) -> None:
-        info = _transitions_info(type(self).__name__, batch_size, num_batches, keys, seed)
+        if int(batch_size) < 1 or int(num_batches) < 1:
+            raise ValueError(
+                f"{type(self).__name__} needs batch_size >= 1 and num_batches >= 1, got {batch_size}, "
+                f"{num_batches}"
+            )
+        keys = None if keys is None else list(keys)
+        info = {"batch_size": int(batch_size), "num_batches": int(num_batches), "keys": keys, "seed": seed}
         super().__init__([uniform_transitions, *units], info)
 
 
-class DeviceUniformTransitions(Sampler):
-    """:class:`UniformTransitions` on a torch device: indices drawn there by a ``torch.Generator``, rows
-    gathered from the memory's device mirror; units after the draw receive tensors on ``device``.
-    A saved state of another device type cannot continue its stream: the generator is then seeded
-    from the numpy generator, the same way on every resume.
-
-    Args:
-        batch_size: transitions per batch.
-        num_batches: batches drawn at once (e.g. one per gradient step of the iteration).
-        keys: keys to read; ``None`` reads every key.
-        seed: seed of both generators.
-        device: where indices are drawn, rows gathered and batches returned.
-        units: units run after the draw (transforms, debug units), on torch tensors.
+class DeviceUniformTransitions(UniformTransitions):
+    """:class:`UniformTransitions` on a torch device (:func:`device_uniform_transitions`): indices
+    drawn there by a ``torch.Generator`` seeded with ``seed``, rows gathered from the memory's device
+    mirror; the units after the draw receive tensors on ``device``. A saved state of another device
+    type cannot continue its stream: the generator is then seeded from the numpy generator, the same
+    way on every resume.
     """
 
     def __init__(
@@ -128,15 +97,15 @@ class DeviceUniformTransitions(Sampler):
         device: torch.device | str = "cpu",
         units: Sequence[Unit] = (),
     ) -> None:
-        info = _transitions_info(type(self).__name__, batch_size, num_batches, keys, seed)
+        super().__init__(batch_size, num_batches, keys, seed, units)
+        self.units[0] = device_uniform_transitions
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
         if seed is None:
             self.generator.seed()
         else:
             self.generator.manual_seed(int(seed))
-        info |= {"device": self.device, "generator": self.generator}
-        super().__init__([device_uniform_transitions, *units], info)
+        self.info |= {"device": self.device, "generator": self.generator}
 
     def state_dict(self) -> dict[str, Any]:
         """Both generators' states: ``rng`` (numpy, as :class:`Sampler`) and ``generator``:
@@ -157,70 +126,34 @@ class DeviceUniformTransitions(Sampler):
             origin,
             self.device.type,
         )
-        self.generator.manual_seed(int(self.rng.integers(2**63)))
+        self.generator.manual_seed(int(self.info["rng"].integers(2**63)))
 
 
 class LastChunk(Sampler):
-    """On-policy: the memory's latest chunk, ``(W, T + 1, ...)`` per key, then ``units``.
-
-    Args:
-        units: units run after it (e.g. ``drop_final_prestep``, ``minibatch_iterator``).
-        seed: seed of the generator the units may read (``minibatch_iterator`` shuffles with it).
-        **info: settings the units read (e.g. ``num_minibatches=4, epochs=10``).
-    """
+    """On-policy: the memory's latest chunk, ``(W, T + 1, ...)`` per key, then ``units`` (e.g.
+    ``drop_final_prestep``, ``minibatch_iterator``, which shuffles with the generator seeded with
+    ``seed``); ``info``: the settings they read (e.g. ``num_minibatches=4, epochs=10``)."""
 
     def __init__(self, units: Sequence[Unit] = (), seed: int | None = None, **info: Any) -> None:
         super().__init__([get_last_chunk, *units], {**info, "seed": seed})
-
-
-def _transitions_info(
-    sampler: str, batch_size: int, num_batches: int, keys: Sequence[str] | None, seed: int | None
-) -> dict[str, Any]:
-    """The ``info`` of a uniform-transitions sampler, its sizes checked.
-
-    Raises:
-        ValueError: ``batch_size`` or ``num_batches`` below 1.
-    """
-    if int(batch_size) < 1 or int(num_batches) < 1:
-        raise ValueError(
-            f"{sampler} needs batch_size >= 1 and num_batches >= 1, got {batch_size}, {num_batches}"
-        )
-    keys = None if keys is None else list(keys)
-    return {"batch_size": int(batch_size), "num_batches": int(num_batches), "keys": keys, "seed": seed}
 
 
 # -- units: sources (take a memory) and transforms (take a flat dict of arrays) ------------------
 
 
 def get_last_chunk(memory: Any, info: dict[str, Any]) -> Batch:
-    """The memory's latest chunk (``RolloutMemory`` or ``Memory``): ``(W, T + 1, ...)`` per key.
-
-    Arrays are the memory's own (no copy): units after this one must not write into them. The last
-    row is the final prestep; its transition entries are NaN placeholders. No ``info`` entries.
-    """
+    """The memory's latest chunk: ``(W, T + 1, ...)`` per key, the memory's own arrays (units after
+    this one must not write into them). The last row is the final prestep, its transition entries
+    NaN placeholders. No ``info`` entries."""
     return dict(memory.last_chunk())
 
 
 def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
-    """Draw transitions uniformly over every worker's valid rows, with replacement.
-
-    ``num_batches * batch_size`` (worker, row) pairs come from one draw; each key is read with one
-    fancy-index operation. The final prestep row is never drawn, so ``/next_observations``,
-    ``/rewards``, ``/terminals`` and ``/truncations`` of a sampled row are real.
-
-    info:
-        batch_size (int): transitions per batch.
-        num_batches (int, default 1): batches drawn at once (e.g. one per gradient step).
-        keys (list[str] | None, default all): keys to read.
-        rng (np.random.Generator): added by the Sampler.
-
-    Returns:
-        ``{key: (num_batches, batch_size, *row_shape)}`` in the memory's dtypes, plus
-        ``"/indices": (num_batches, batch_size, 2) int64`` holding (worker, physical row).
-
-    Raises:
-        ValueError: if the memory holds no transition yet.
-    """
+    """``info["num_batches"]`` (default 1) batches of ``info["batch_size"]`` transitions drawn
+    uniformly over every worker's valid rows (never a final prestep), with replacement, in one draw
+    by ``info["rng"]``: ``{key: (num_batches, batch_size, *row_shape)}`` of ``info["keys"]`` (default
+    all), each read with one fancy-index operation, plus ``"/indices": (num_batches, batch_size, 2)
+    int64`` holding (worker, physical row). Refuses a memory that holds no transition yet."""
     batch_size, num_batches, size, keys = _draw_sizes("uniform_transitions", memory, info)
     draws = info["rng"].integers(0, memory.num_workers * size, num_batches * batch_size)
     workers, logical = np.divmod(draws, size)
@@ -234,22 +167,9 @@ def uniform_transitions(memory: Any, info: dict[str, Any]) -> Batch:
 
 
 def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """:func:`uniform_transitions` on a torch device, from the memory's device mirror: the same
-    distribution, another random stream.
-
-    info:
-        batch_size (int), num_batches (int, default 1), keys (list[str] | None, default all): as in
-            :func:`uniform_transitions`.
-        device (torch.device): where the mirror lives and the batch is returned.
-        generator (torch.Generator): on ``device``; added by :class:`~digideep.memory.DeviceUniformTransitions`.
-
-    Returns:
-        ``{key: (num_batches, batch_size, *row_shape)}`` tensors on ``device`` in the memory's dtypes,
-        plus ``"/indices": (num_batches, batch_size, 2) int64`` holding (worker, physical row).
-
-    Raises:
-        ValueError: if the memory holds no transition yet, or reads Zarr (``mode="disk"``).
-    """
+    """:func:`uniform_transitions` on a torch device, from the memory's device mirror (refused for a
+    ``mode="disk"`` memory): the same distribution, another random stream; tensors on
+    ``info["device"]``, drawn by ``info["generator"]`` (added by :class:`DeviceUniformTransitions`)."""
     batch_size, num_batches, size, keys = _draw_sizes("device_uniform_transitions", memory, info)
     device = torch.device(info["device"])
     mirror = memory.mirror(device, keys)
@@ -267,11 +187,7 @@ def device_uniform_transitions(memory: Any, info: dict[str, Any]) -> dict[str, t
 
 
 def _draw_sizes(unit: str, memory: Any, info: dict[str, Any]) -> tuple[int, int, int, list[str]]:
-    """``batch_size``, ``num_batches``, the memory's valid rows per worker and the keys to read.
-
-    Raises:
-        ValueError: the memory holds no transition yet.
-    """
+    """``batch_size``, ``num_batches``, the memory's valid rows per worker and the keys to read."""
     if memory.size <= 0:
         raise ValueError(
             f"{unit}: the memory holds no transition yet; store a chunk first "
@@ -293,10 +209,8 @@ def select_keys(data: Batch, info: dict[str, Any]) -> Batch:
 
 
 def drop_final_prestep(data: Batch, info: dict[str, Any]) -> Batch:
-    """``(W, T + 1, ...)`` -> ``(W, T, ...)``: drop the final prestep row (views, no copy).
-
-    Use it after the units that need the final prestep (bootstrapped returns). No ``info`` entries.
-    """
+    """``(W, T + 1, ...)`` -> ``(W, T, ...)``: drop the final prestep row (views, no copy); put it
+    after the units that need the final prestep (bootstrapped returns). No ``info`` entries."""
     return {key: value[:, :-1] for key, value in data.items()}
 
 
@@ -308,18 +222,11 @@ def flatten_first_two(data: Batch, info: dict[str, Any]) -> Batch:
 
 
 def minibatch_iterator(data: Batch, info: dict[str, Any]) -> Iterator[Batch]:
-    """Shuffled minibatches of a flattened rollout ``{key: (N, ...)}``, for ``epochs`` passes.
-
-    info:
-        num_minibatches (int): minibatches per epoch (sizes differ by at most one); or
-        minibatch_size (int): rows per minibatch (the last of an epoch may be smaller).
-        epochs (int, default 1): passes over the data, each with a fresh permutation.
-        rng (np.random.Generator): added by the Sampler.
-
-    Returns:
-        An iterator of ``{key: (n, ...)}`` dicts (fancy-indexed copies), each with
-        ``"/indices": (n,) int64``, the rows of the flattened data it holds.
-    """
+    """An iterator of shuffled minibatches of a flattened rollout ``{key: (N, ...)}``: ``{key: (n,
+    ...)}`` copies with ``"/indices": (n,) int64``, the rows they hold, for ``info["epochs"]``
+    (default 1) passes, each a fresh permutation by ``info["rng"]``. ``info["num_minibatches"]``
+    per epoch (sizes differ by at most one), or ``info["minibatch_size"]`` rows each (the last of
+    an epoch may be smaller)."""
     lengths = {len(value) for value in data.values()}
     if len(lengths) != 1:
         raise ValueError(f"minibatch_iterator: keys have different lengths {sorted(lengths)}; flatten first")
@@ -333,17 +240,14 @@ def minibatch_iterator(data: Batch, info: dict[str, Any]) -> Iterator[Batch]:
         bounds = np.r_[np.arange(0, total, int(info["minibatch_size"])), total]
     else:
         raise KeyError("minibatch_iterator: give info['num_minibatches'] or info['minibatch_size']")
-    epochs = int(info.get("epochs", 1))
-    rng: np.random.Generator = info["rng"]
+    epochs, rng = int(info.get("epochs", 1)), info["rng"]
 
     def generate() -> Iterator[Batch]:
         for _ in range(epochs):
             order = rng.permutation(total)
             for lo, hi in pairwise(bounds):
                 index = order[lo:hi]
-                minibatch = {key: value[index] for key, value in data.items()}
-                minibatch["/indices"] = index
-                yield minibatch
+                yield {**{key: value[index] for key, value in data.items()}, "/indices": index}
 
     return generate()
 
@@ -351,94 +255,77 @@ def minibatch_iterator(data: Batch, info: dict[str, Any]) -> Iterator[Batch]:
 # -- debug units: return their input unchanged (numpy arrays or torch tensors on any device) ------
 
 
-def _floating(value: np.ndarray | torch.Tensor) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value.is_floating_point() or value.is_complex()
-    return value.dtype.kind in "fc"
-
-
 def _host(value: np.ndarray | torch.Tensor) -> np.ndarray:
     """A numpy array of ``value`` (a tensor is copied to the host)."""
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
-def _each(data: Any, check: Callable[[Batch], None]) -> Any:
-    if isinstance(data, Mapping):
-        check(data)
-        return data
+def _debug_unit(check: Callable[[Batch, dict[str, Any]], None]) -> Unit:
+    """The unit that runs ``check(batch, info)`` on its input, a dict or each dict of an iterator as
+    it is drawn, and returns the input."""
 
-    def checked() -> Iterator[Batch]:
-        for item in data:
-            check(item)
-            yield item
+    @functools.wraps(check)
+    def unit(data: Any, info: dict[str, Any]) -> Any:
+        if isinstance(data, Mapping):
+            check(data, info)
+            return data
 
-    return checked()
+        def checked() -> Iterator[Batch]:
+            for item in data:
+                check(item, info)
+                yield item
+
+        return checked()
+
+    return unit
 
 
-def inspect_shapes(data: Any, info: dict[str, Any]) -> Any:
+@_debug_unit
+def inspect_shapes(batch: Batch, info: dict[str, Any]) -> None:
     """Log every key's shape and dtype at INFO level (``info["debug_tag"]`` prefixes the line)."""
-    tag = info.get("debug_tag", "sampler")
-
-    def check(batch: Batch) -> None:
-        lines = "\n".join(f"  {key}: {tuple(value.shape)} {value.dtype}" for key, value in batch.items())
-        logger.info("%s shapes:\n%s", tag, lines)
-
-    return _each(data, check)
+    lines = "\n".join(f"  {key}: {tuple(value.shape)} {value.dtype}" for key, value in batch.items())
+    logger.info("%s shapes:\n%s", info.get("debug_tag", "sampler"), lines)
 
 
-def check_nan(data: Any, info: dict[str, Any]) -> Any:
-    """Raise if a floating-point key holds NaN or +-inf.
-
-    ``info["nan_skip_keys"]`` (list, default none) lists keys left unchecked, e.g. the transition
-    keys of a chunk whose final prestep row holds NaN placeholders (or put
-    ``drop_final_prestep`` before this unit).
-
-    Raises:
-        ValueError: naming the first bad key, how many values are bad and where the first is.
-    """
+@_debug_unit
+def check_nan(batch: Batch, info: dict[str, Any]) -> None:
+    """Raise a ``ValueError`` naming the first floating-point key that holds NaN or +-inf, how many and
+    where the first is; ``info["nan_skip_keys"]`` (default none) lists keys left unchecked, e.g. the
+    transition keys of a chunk with its final prestep (or put ``drop_final_prestep`` before)."""
     skip = set(info.get("nan_skip_keys", ()))
-
-    def check(batch: Batch) -> None:
-        for key, value in batch.items():
-            if key in skip or not _floating(value):
-                continue
-            finite = torch.isfinite(value) if isinstance(value, torch.Tensor) else np.isfinite(value)
-            if not finite.all():
-                bad = np.argwhere(~_host(finite))
-                raise ValueError(
-                    f"check_nan: key '{key}' {tuple(value.shape)} holds {len(bad)} NaN/inf values, the "
-                    f"first at index {tuple(int(i) for i in bad[0])}"
-                )
-
-    return _each(data, check)
+    for key, value in batch.items():
+        tensor = isinstance(value, torch.Tensor)
+        floating = value.is_floating_point() or value.is_complex() if tensor else value.dtype.kind in "fc"
+        if key in skip or not floating:
+            continue
+        finite = torch.isfinite(value) if tensor else np.isfinite(value)
+        if not finite.all():
+            bad = np.argwhere(~_host(finite))
+            raise ValueError(
+                f"check_nan: key '{key}' {tuple(value.shape)} holds {len(bad)} NaN/inf values, the "
+                f"first at index {tuple(int(i) for i in bad[0])}"
+            )
 
 
-def chunk_stats(data: Any, info: dict[str, Any]) -> Any:
-    """Mean and std of every numeric key, logged at INFO and recorded in the Monitor.
-
-    Placeholders are left out (NaN for floats, the sentinel ``iinfo.min`` for signed ints). Monitor names are
-    ``<prefix><key>/mean`` and ``<prefix><key>/std``, prefix ``info["stats_prefix"]`` (default
-    ``"/memory/stats"``).
-    """
-    prefix = info.get("stats_prefix", "/memory/stats")
-
-    def check(batch: Batch) -> None:
-        lines = []
-        for key, tensor in batch.items():
-            value = _host(tensor)
-            if key == "/indices" or value.dtype.kind not in "biuf":
-                continue
-            values = value.astype(np.float64, copy=False)
-            if value.dtype.kind == "f":
-                values = values[~np.isnan(values)]
-            elif value.dtype.kind == "i":
-                values = values[value != np.iinfo(value.dtype).min]
-            if values.size == 0:
-                continue
-            mean, std = float(values.mean()), float(values.std())
-            monitor(f"{prefix}{key}/mean", mean)
-            monitor(f"{prefix}{key}/std", std)
-            lines.append(f"  {key}: mean {mean:.6g} std {std:.6g}")
-        logger.info("chunk stats:\n%s", "\n".join(lines))
-
-    return _each(data, check)
+@_debug_unit
+def chunk_stats(batch: Batch, info: dict[str, Any]) -> None:
+    """Mean and std of every numeric key, placeholders left out (NaN, the ``iinfo.min`` of signed
+    ints), logged at INFO and recorded in the Monitor as ``<prefix><key>/mean`` and ``.../std``,
+    prefix ``info["stats_prefix"]`` (default ``"/memory/stats"``)."""
+    prefix, lines = info.get("stats_prefix", "/memory/stats"), []
+    for key, tensor in batch.items():
+        value = _host(tensor)
+        if key == "/indices" or value.dtype.kind not in "biuf":
+            continue
+        values = value.astype(np.float64, copy=False)
+        if value.dtype.kind == "f":
+            values = values[~np.isnan(values)]
+        elif value.dtype.kind == "i":
+            values = values[value != np.iinfo(value.dtype).min]
+        if values.size == 0:
+            continue
+        mean, std = float(values.mean()), float(values.std())
+        monitor(f"{prefix}{key}/mean", mean)
+        monitor(f"{prefix}{key}/std", std)
+        lines.append(f"  {key}: mean {mean:.6g} std {std:.6g}")
+    logger.info("chunk stats:\n%s", "\n".join(lines))

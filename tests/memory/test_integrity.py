@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from digideep.memory import DamagedMemoryError, Memory
-from digideep.memory.log import record_crc
+from digideep.memory.record import record_crc
 
 from .chunks import make_chunk
 

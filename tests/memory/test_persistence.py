@@ -12,7 +12,8 @@ import pytest
 import zarr
 
 from digideep.memory import Memory, Sampler, uniform_transitions
-from digideep.memory.log import ZarrLog, check_zarr_version
+from digideep.memory.log import ZarrLog
+from digideep.memory.record import check_zarr_version
 
 from .chunks import make_chunk
 
