@@ -1,12 +1,13 @@
 """Memories of trajectory chunks and the samplers that read them (``docs/memory.md``):
 :class:`Memory`, the off-policy replay memory (a RAM ring in front of an append-only Zarr log);
 :class:`RolloutMemory`, the on-policy latest chunk(s); :class:`TrajectoryMemory`, what the Runner
-needs of both; :class:`Sampler` and its units, which draw valid rows through
-:func:`uniform_transitions` or ``physical_rows`` (never ``randint(size)``, wrong once the ring wraps).
+needs of both; :class:`DurableMemory`, what it needs more of a memory kept in the session;
+:class:`Sampler` and its units, which draw valid rows through :func:`uniform_transitions` or
+``physical_rows`` (never ``randint(size)``, wrong once the ring wraps).
 """
 
 from digideep.memory.log import Readback
-from digideep.memory.memory import Memory, TrajectoryMemory
+from digideep.memory.memory import DurableMemory, Memory, TrajectoryMemory
 from digideep.memory.record import DamagedMemoryError
 from digideep.memory.ring import DeviceMirror, RingState
 from digideep.memory.rollout import RolloutMemory
@@ -32,6 +33,7 @@ __all__ = [
     "DamagedMemoryError",
     "DeviceMirror",
     "DeviceUniformTransitions",
+    "DurableMemory",
     "LastChunk",
     "Memory",
     "Readback",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,8 @@ class RolloutMemory:
     """Holds the latest ``keep`` chunks (1 for PPO/A2C) of ``num_workers`` workers by reference (the
     Explorer returns fresh arrays each time; read them as read-only); with ``frames``, stacked uint8
     frames (Atari's) one frame per row, rebuilt exactly on read (:mod:`~digideep.memory.frames`).
-    Nothing is kept on disk: after a resume the next explore refills it, as an on-policy agent needs.
+    Nothing is kept on disk, so it is a :class:`~digideep.memory.TrajectoryMemory` but not a durable
+    one: after a resume the next explore refills it, as an on-policy agent needs.
     """
 
     def __init__(self, num_workers: int, keep: int = 1, name: str = "rollout", frames: bool = True) -> None:
@@ -93,19 +94,6 @@ class RolloutMemory:
         self._specs.update(new_specs)
         self._chunks.append(frames.encode_chunk(chunk) if self.frames else dict(chunk))
         self._stored += 1
-
-    # Nothing is persisted or written behind the training thread: a resume's next explore refills it.
-    def guard_writes(self, guard: Callable[[], None]) -> None:
-        """Never calls ``guard``: nothing is written."""
-
-    def flush(self) -> None:
-        """Nothing to write."""
-
-    def checkpoint_committed(self, state: Mapping[str, int] | None = None, keep: int = 0) -> None:
-        """Nothing to keep."""
-
-    def close(self) -> None:
-        """Nothing to wait for."""
 
     def state_dict(self) -> dict[str, int]:
         """Counters only: ``{"stored": chunks stored so far}``."""

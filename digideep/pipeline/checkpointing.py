@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from digideep.memory import DurableMemory
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.run_state import RunState
 from digideep.pipeline.session import Session
@@ -70,16 +71,26 @@ class Checkpointer:
     Args:
         session: the run's session: its ``checkpoints/`` folder, and its lease, which must outlive
             each commit.
-        state: the run's state; its memories are flushed before it is written, its journal records
-            each checkpoint's duration.
+        state: the run's state; its journal records each checkpoint's duration.
+        durable: the run's memories kept in the session: flushed before each checkpoint is written,
+            told once it is committed.
         uploads: what uploads a URL session's journal and log before each commit.
         keep: how many checkpoints retention keeps (0: every one); the memories' logs keep the rows
             those need.
     """
 
-    def __init__(self, session: Session, state: RunState, *, uploads: UploadCache, keep: int) -> None:
+    def __init__(
+        self,
+        session: Session,
+        state: RunState,
+        *,
+        durable: dict[str, DurableMemory],
+        uploads: UploadCache,
+        keep: int,
+    ) -> None:
         self.session = session
         self.state = state
+        self.durable = durable
         self.uploads = uploads
         self.keep = keep
 
@@ -105,7 +116,7 @@ class Checkpointer:
         """
         counters, journal = self.state.counters, self.state.journal
         iteration = counters.iteration
-        for memory in self.state.memories.values():
+        for memory in self.durable.values():
             memory.flush()
         folder = self.session.checkpoints_location
         pending = write_checkpoint(folder, iteration, info, self.state.state_dict())
@@ -117,7 +128,7 @@ class Checkpointer:
         self.session.ensure_held(margin=LEASE_MARGIN)
         self.uploads.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
         saved = pending.commit()
-        for memory in self.state.memories.values():  # committed: the logs keep what kept checkpoints need
+        for memory in self.durable.values():  # committed: the logs keep what kept checkpoints need
             memory.checkpoint_committed(keep=self.keep)
         for deleted in apply_retention(folder, self.keep, counters.best_checkpoint):
             log.debug("retention removed %s", deleted)

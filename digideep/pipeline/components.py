@@ -15,7 +15,7 @@ from typing import Any
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
-from digideep.memory import TrajectoryMemory
+from digideep.memory import DurableMemory, TrajectoryMemory
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.session import Session
 from digideep.utility.imports import import_object
@@ -39,6 +39,7 @@ class Built:
 
     agents: dict[str, Any]
     memories: dict[str, TrajectoryMemory]
+    durable: dict[str, DurableMemory]  # the memories kept in the session (flushed, closed)
     explorers: dict[str, Explorer]
     agent_memory: dict[str, str]  # agent name -> name of the memory it samples from
     agent_types: dict[str, str]
@@ -98,23 +99,24 @@ def build(
         for name, spec in params["memory"].items():
             memory_class = import_object(spec["type"])
             try:
-                from_params = memory_class.from_params
-            except AttributeError:
+                memory = memory_class.from_params(
+                    location=session.memory_location(name).url,
+                    num_workers=num_workers,
+                    name=name,
+                    **spec.get("args", {}),
+                )
+            except AttributeError as error:
+                if error.name != "from_params" or error.obj is not memory_class:
+                    raise
                 raise UsageError(
                     f"memory '{name}': class '{spec['type']}' has no from_params(location=, num_workers=, "
                     "name=, **args); give it one (see digideep.memory.Memory.from_params)"
                 ) from None
-            memory = from_params(
-                location=session.memory_location(name).url,
-                num_workers=num_workers,
-                name=name,
-                **spec.get("args", {}),
-            )
             if not isinstance(memory, TrajectoryMemory):
                 raise UsageError(
                     f"memory '{name}': class '{spec['type']}' is not a digideep.memory.TrajectoryMemory "
-                    "(store, guard_writes, flush, checkpoint_committed, prepare_restore, restore, "
-                    "state_dict, close); give it those methods (see digideep.memory.Memory)"
+                    "(store, prepare_restore, restore, state_dict); give it those methods "
+                    "(see digideep.memory.RolloutMemory)"
                 )
             memories[name] = memory
             memory_types[name] = spec["type"]
@@ -126,7 +128,10 @@ def build(
     }
     train = explorer_params.get("train", {})
     frames_per_chunk = train.get("n_steps", 0) * train.get("num_workers", 1)
-    return Built(agents, memories, explorers, agent_memory, agent_types, memory_types, frames_per_chunk)
+    durable = {name: memory for name, memory in memories.items() if isinstance(memory, DurableMemory)}
+    return Built(
+        agents, memories, durable, explorers, agent_memory, agent_types, memory_types, frames_per_chunk
+    )
 
 
 def check_classes(info: dict[str, Any], path: Path) -> None:

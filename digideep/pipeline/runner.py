@@ -123,7 +123,7 @@ class Runner:
         self.agents = self.built.agents
         self.memories = self.built.memories
         if session.remote:  # a host that lost the session's lease writes no chunk beside the new holder
-            for memory in self.memories.values():
+            for memory in self.built.durable.values():
                 memory.guard_writes(functools.partial(session.ensure_held, LEASE_MARGIN))
         self.explorers = self.built.explorers
         self.monitor = Monitor()
@@ -140,7 +140,11 @@ class Runner:
             self.counters, self.agents, self.explorers, self.memories, self.monitor, self.journal
         )
         self.checkpoints = Checkpointer(
-            session, self.state, uploads=self.uploads, keep=settings.keep_checkpoints
+            session,
+            self.state,
+            durable=self.built.durable,
+            uploads=self.uploads,
+            keep=settings.keep_checkpoints,
         )
         self.reporter = Reporter(
             self.counters,
@@ -396,7 +400,7 @@ class Runner:
         """
         for explorer in self.explorers.values():
             explorer.close()
-        for name, memory in self.memories.items():
+        for name, memory in self.built.durable.items():
             try:
                 memory.close()
             except Exception as error:  # reported; the run resumes from its checkpoint

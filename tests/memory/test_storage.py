@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from digideep.memory import Memory, RolloutMemory, TrajectoryMemory
+from digideep.memory import DurableMemory, Memory, RolloutMemory, TrajectoryMemory
 
 from .chunks import make_chunk, stamps
 
@@ -38,8 +38,12 @@ def test_the_arguments_pick_the_ring_and_the_log_and_durable_rows_come_back(
         assert (reread.pos, reread.size) == (4, 4)
 
 
-def test_the_rollout_memory_is_a_trajectory_memory_too() -> None:
-    assert isinstance(RolloutMemory(num_workers=2), TrajectoryMemory)
+def test_the_rollout_memory_is_a_trajectory_memory_but_not_a_durable_one(tmp_path: Path) -> None:
+    rollout = RolloutMemory(num_workers=2)
+    assert isinstance(rollout, TrajectoryMemory)
+    assert not isinstance(rollout, DurableMemory)
+    with Memory(tmp_path / "m.zarr", W, 10) as memory:
+        assert isinstance(memory, DurableMemory)
 
 
 def test_only_a_ram_memory_with_a_log_runs_the_guard_before_its_background_writes(tmp_path: Path) -> None:

@@ -73,3 +73,30 @@ def test_a_session_on_s3_that_fails_to_start_leaves_nothing_in_the_bucket(tmp_pa
     working = f"m1-{hashlib.sha256(f'{root}/m1'.encode()).hexdigest()[:8]}"
     assert not (tmp_path / "data" / "cache" / working).exists()
     assert not (tmp_path / "data").exists()
+
+
+class NotAMemory:
+    """A params ``memory`` type that builds something without a memory's methods."""
+
+    @classmethod
+    def from_params(cls, **args: object) -> NotAMemory:
+        return cls()
+
+
+@pytest.mark.parametrize(
+    ("memory_type", "message"),
+    [
+        ("collections.OrderedDict", "class 'collections.OrderedDict' has no from_params"),
+        (f"{__name__}.NotAMemory", "is not a digideep.memory.TrajectoryMemory"),
+    ],
+)
+def test_a_memory_type_without_the_contract_is_one_line_and_leaves_no_session(
+    tmp_path, store, memory_type, message
+):
+    tree = sac_tree()
+    tree.params["memory"]["train"]["type"] = memory_type
+    with pytest.raises(UsageError, match=message) as error:
+        open_run(tree, session_name="bad", session_path=tmp_path / "data" / "sessions")
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "data").exists()
+    assert runs_in(store) == []
