@@ -12,7 +12,9 @@ small jobs run side by side) and four partitions: ``debug`` (the default, no tim
 needs the CPUs of jobs of ``preemptible`` preempts them, and Slurm requeues them
 (``PreemptMode=REQUEUE``); jobs of ``debug`` and ``short`` are never preempted. Its job credentials
 live 5 s (``cred_expire``), so that a requeued job starts again seconds later; a real cluster's
-default is 120 s. Only root can run it: slurmd starts each job as its user.
+default is 120 s. The controller forgets an ended job after 600 s (``MinJobAge``, ``min_job_age``); it
+keeps no accounting (``sacct`` answers that accounting storage is disabled). Only root can run it:
+slurmd starts each job as its user.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 JobRequeue=1
 KillWait={kill_wait}
-MinJobAge=600
+# how long the controller keeps an ended job's record (squeue, scontrol show job) before purging it
+MinJobAge={min_job_age}
 # preemption by partition: a job of urgent (the higher PriorityTier) that needs the CPUs of jobs of
 # preemptible preempts them, and Slurm requeues them (SIGTERM to all their processes, KillWait,
 # SIGKILL); jobs of debug and short are never preempted. No GraceTime: when a grace time starts, Slurm
@@ -118,16 +121,25 @@ class LocalSlurm:
         cred_expire: lifetime of job credentials in seconds; also how long a requeued job waits.
         kill_wait: seconds between SIGTERM and SIGKILL when a job reaches its time limit, is
             cancelled or is preempted.
+        min_job_age: seconds the controller keeps an ended job's record (``MinJobAge``) before it
+            forgets the job, as ``squeue`` and ``scontrol show job`` see it.
     """
 
     def __init__(
-        self, folder: Path, cpus: int = 4, memory_mb: int = 8000, cred_expire: int = 5, kill_wait: int = 30
+        self,
+        folder: Path,
+        cpus: int = 4,
+        memory_mb: int = 8000,
+        cred_expire: int = 5,
+        kill_wait: int = 30,
+        min_job_age: int = 600,
     ) -> None:
         self.folder = Path(folder).resolve()
         self.cpus = cpus
         self.memory_mb = memory_mb
         self.cred_expire = cred_expire
         self.kill_wait = kill_wait
+        self.min_job_age = min_job_age
         self.conf = self.folder / "slurm.conf"
         self._processes: dict[str, subprocess.Popen] = {}
 
@@ -157,6 +169,7 @@ class LocalSlurm:
                 slurmd_port=free_port(),
                 cred_expire=self.cred_expire,
                 kill_wait=self.kill_wait,
+                min_job_age=self.min_job_age,
                 node=NODE,
                 hostname=socket.gethostname(),
                 cpus=self.cpus,

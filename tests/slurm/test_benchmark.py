@@ -13,7 +13,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
 
 from digideep.benchmark import records
@@ -26,12 +25,6 @@ from tests.helpers import usage_error_line
 from tests.slurm.test_requeue import DIGIDEEP, slurm
 
 SEEDS = (0, 1, 2)
-
-
-@pytest.fixture(scope="module")
-def job_env(slurm_cluster, mlflow_uri: str) -> dict[str, str]:
-    """The environment of submissions, which sbatch passes on to the jobs: the cluster and MLflow."""
-    return {**slurm_cluster.env, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
 
 
 def slurm_benchmark(env: dict[str, str], root: Path, name: str, *options: str) -> subprocess.CompletedProcess:

@@ -27,7 +27,6 @@ import pytest
 from mlflow import MlflowClient
 
 from digideep.storage.checkpoint import find_checkpoints
-from digideep_stack.slurm import LocalSlurm
 from tests.conftest import REPO
 from tests.helpers import assert_same_training, usage_error_line
 from tests.pipeline.test_resume import (
@@ -48,12 +47,6 @@ LONG = {**SMALL_SAC, "number_epochs": 200}  # trains past two 1-minute limits (a
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sessions' folder of the module (all on this host, which is the cluster's only node)."""
     return tmp_path_factory.mktemp("sessions")
-
-
-@pytest.fixture(scope="module")
-def job_env(slurm_cluster: LocalSlurm, mlflow_uri: str) -> dict[str, str]:
-    """The environment of submissions, which sbatch passes on to the jobs: the cluster and MLflow."""
-    return {**slurm_cluster.env, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +112,15 @@ def run_times(text: str) -> tuple[list[float], list[float]]:
     starts = re.findall(r"digideep-slurm: job \d+ run \d+ starts on \S+ at ([\d.]+)", text)
     exits = re.findall(r"digideep-slurm: digideep exited with \d+ at ([\d.]+)", text)
     return [float(t) for t in starts], [float(t) for t in exits]
+
+
+def kill_without_warning(env: dict[str, str], job: str) -> None:
+    """SIGKILL every process of the job, as when a node dies or the OOM killer strikes: no warning, no
+    checkpoint; the job ends FAILED."""
+    listed = slurm(env, "scontrol", "listpids", job).splitlines()[1:]
+    for pid in [int(line.split()[0]) for line in listed]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def wait_until_done(env: dict[str, str], root: Path, name: str, job: str, timeout: float) -> None:
@@ -197,11 +199,7 @@ def test_a_job_killed_without_warning_resumes_in_a_new_job(root, job_env, straig
     job = submit(job_env, root, "slurm-killed", CHAIN)
     output = root / "slurm" / f"slurm-killed-{job}.out"
     wait_for(lambda: newest(root, "slurm-killed") >= 4, 180, f"job {job} wrote no 2nd checkpoint", output)
-    # no warning, as when a node dies or the OOM killer strikes: every process of the job SIGKILLed
-    listed = slurm(job_env, "scontrol", "listpids", job).splitlines()[1:]
-    for pid in [int(line.split()[0]) for line in listed]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_without_warning(job_env, job)
     wait_for(lambda: job_state(job_env, job) == "FAILED", 60, f"job {job} did not fail", output)
     assert not (root / "slurm-killed" / "done.json").exists(), "the run finished before the kill"
     assert "requeueing" not in output.read_text()

@@ -29,17 +29,12 @@ from tests.slurm.test_requeue import DIGIDEEP, slurm
 PARAMS = str(Path(__file__).with_name("tune_params.py"))
 
 
-@pytest.fixture(scope="module")
-def job_env(slurm_cluster, mlflow_uri: str) -> dict[str, str]:
-    """The environment of submissions, which sbatch passes on to the jobs: the cluster and MLflow."""
-    return {**slurm_cluster.env, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONHASHSEED": "0"}
-
-
-def tune_command(root: Path, name: str, *options: str) -> list[str]:
-    """``digideep slurm tune`` of 3 trials of :data:`PARAMS`, 2 at a time, sessions under ``root``."""
-    return [*DIGIDEEP, "slurm", "tune", "--params", PARAMS, "--n-trials", "3", "--concurrency", "2",
-            "--study-name", name, "--session-path", str(root), "--device", "cpu", "--poll-seconds", "1",
-            *options]  # fmt: skip
+def tune_command(root: Path, name: str, *options: str, n_trials: int = 3, concurrency: int = 2) -> list[str]:
+    """``digideep slurm tune`` of ``n_trials`` trials of :data:`PARAMS`, ``concurrency`` at a time,
+    sessions under ``root``."""
+    return [*DIGIDEEP, "slurm", "tune", "--params", PARAMS, "--n-trials", str(n_trials), "--concurrency",
+            str(concurrency), "--study-name", name, "--session-path", str(root), "--device", "cpu",
+            "--poll-seconds", "1", *options]  # fmt: skip
 
 
 def test_a_study_runs_its_trials_as_jobs_and_a_killed_driver_continues_it(job_env, tmp_path):
@@ -48,17 +43,17 @@ def test_a_study_runs_its_trials_as_jobs_and_a_killed_driver_continues_it(job_en
     driver = subprocess.Popen(tune_command(root, "slurm-study"), cwd=REPO, env=job_env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     deadline = time.monotonic() + 400
-    while not _recorded(storage, 2):  # trial 2 starts once trial 0 or 1 has finished
+    while not job_recorded(storage, 2):  # trial 2 starts once trial 0 or 1 has finished
         assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()[0][-3000:]
         time.sleep(1)
     driver.send_signal(signal.SIGKILL)  # as a login session that dies: no cleanup
     driver.wait()
-    before = {t.number: t.user_attrs[JOB_ATTR] for t in _study(storage).trials}
+    before = {t.number: t.user_attrs[JOB_ATTR] for t in load_study(storage).trials}
 
     again = subprocess.run(tune_command(root, "slurm-study"), cwd=REPO, env=job_env, capture_output=True,
                            text=True, timeout=400)  # fmt: skip
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    study = _study(storage)
+    study = load_study(storage)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert {t.number: t.user_attrs[JOB_ATTR] for t in study.trials} == before  # no job submitted again
     assert f"trial 2: waiting again for its job {before[2]}" in again.stderr
@@ -83,14 +78,14 @@ def test_a_study_runs_its_trials_as_jobs_and_a_killed_driver_continues_it(job_en
         assert sorted(reported) == [50, 100, 150] and study.trials[number].value == reported[150]
 
 
-def _study(storage: str, name: str = "slurm-study") -> optuna.Study:
+def load_study(storage: str, name: str = "slurm-study") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def _recorded(storage: str, number: int) -> bool:
-    """Whether trial ``number`` of the study has its job's id recorded."""
+def job_recorded(storage: str, number: int, name: str = "slurm-study") -> bool:
+    """Whether trial ``number`` of study ``name`` has its job's id recorded."""
     try:
-        trials = _study(storage).trials
+        trials = load_study(storage, name).trials
     except KeyError:  # the study is not made yet
         return False
     return any(t.number == number and JOB_ATTR in t.user_attrs for t in trials)
@@ -132,10 +127,10 @@ def test_a_trials_run_reports_to_it_across_a_resume_and_stops_when_pruned(mlflow
         result = subprocess.run([*DIGIDEEP, *command], cwd=REPO, env=environment, capture_output=True,
                                 text=True, timeout=300)  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
-    trial = _study(storage, "cli-trial").trials[number]
+    trial = load_study(storage, "cli-trial").trials[number]
     assert sorted(trial.intermediate_values) == [50, 100] and trial.user_attrs["pruned"]
     assert studies.tell(study, number, "COMPLETED") == "pruned at 100 frames"
-    assert _study(storage, "cli-trial").trials[number].state.name == "PRUNED"
+    assert load_study(storage, "cli-trial").trials[number].state.name == "PRUNED"
     assert not (tmp_path / "trial" / "done.json").exists()
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs(
