@@ -116,7 +116,7 @@ def _interrupted(interrupt: KeyboardInterrupt) -> int:
 
 def _catching_stop_signals(training: bool) -> AbstractContextManager[None]:
     """For ``train`` and ``resume``: SIGINT and SIGTERM recorded from here on, before the commands'
-    imports (a Ctrl-C raised inside an import was lost, or turned into another error); the command
+    imports (a Ctrl-C raised inside an import can be lost, or turned into another error); the command
     acts on the record (:mod:`digideep.pipeline.signals`)."""
     return catch_stop_signals() if training else nullcontext()
 

@@ -185,7 +185,7 @@ def test_msg_reaches_session_json_and_the_mlflow_note(sac_project, run_env):
     assert run.data.tags["mlflow.note.content"] == message
     # what the params left to the machine is recorded as it was decided, and said once
     assert run.data.params["agents/agent/resolved/update_mode"] == "eager"
-    assert result.stderr.count("agent 'agent': the update runs eager (CPU: the compiled step") == 1
+    assert result.stderr.count("agent 'agent': the update runs eager (CPU: the step is bound") == 1
 
 
 def test_device_and_deterministic_reach_the_run_as_arguments(sac_project, run_env):

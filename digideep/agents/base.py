@@ -137,7 +137,7 @@ class AgentBase:
     """How the update function runs (``eager``, ``compile``, ``cudagraphs``) once resolved by
     :meth:`update_function`; None for an agent that does not run one."""
     update_mode_reason: str = ""
-    """Why :attr:`update_mode` runs (what ``auto`` measured, or that the params asked for it)."""
+    """Why :attr:`update_mode` runs (the rule ``auto`` applied, or that the params asked for it)."""
 
     def __init__(
         self,
@@ -259,9 +259,9 @@ class AgentBase:
         return UpdateFunction(fn, mode, f"agent '{self.name}'")
 
     def auto_update_mode(self) -> tuple[str, str]:
-        """``(mode, why)``: the mode ``update_mode="auto"`` runs on this agent's device, and the
-        measurement behind the choice. Agents override it with their own figures."""
-        return "eager", "no measurement favours another mode for this agent"
+        """``(mode, why)``: the mode ``update_mode="auto"`` runs on this agent's device, and why.
+        Agents override it with their own rule."""
+        return "eager", "no benchmark shows another mode faster for this agent"
 
     def resolved_settings(self) -> dict[str, str]:
         """What this agent's params left to the machine, as it was decided: ``{"update_mode": "eager"}``
@@ -304,8 +304,7 @@ class AgentBase:
                 )
             obj.load_state_dict(state[name])
         for key, attr in self._counters().items():
-            if key in state.get("counters", {}):
-                setattr(self, attr, int(state["counters"][key]))
+            setattr(self, attr, int(state["counters"][key]))
 
 
 def _uniform_actions(space: gym.Space, num_workers: int, device: torch.device) -> torch.Tensor:

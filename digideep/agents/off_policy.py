@@ -343,7 +343,7 @@ class OffPolicyAgent(AgentBase):
         reads a value to the host (``.item()``, a branch on a tensor), which an edit to a loss may add."""
         if self.device.type == "cuda":
             return "compile", "CUDA: compile fuses the step's small kernels; cudagraphs is opt-in"
-        return "eager", "CPU: the compiled step measured 0.49x of eager on one thread"
+        return "eager", "CPU: the step is bound by its matrix products, which compile runs slower than eager"
 
 
 def bfloat16_speed_note(device: torch.device) -> str | None:
@@ -366,8 +366,8 @@ def bfloat16_speed_note(device: torch.device) -> str | None:
     if not torch.cpu._is_avx512_bf16_supported():
         return f"bfloat16 will be slower than float32 on this CPU ({capability}, no avx512_bf16 or amx_bf16: emulated)"
     return (
-        f"bfloat16 is likely slower than float32 on this CPU ({capability}, avx512_bf16 but no amx_bf16: "
-        "measured 0.4x to 1.5x of float32 on an AMD EPYC); prefer precision='float32'"
+        f"bfloat16 is likely slower than float32 on this CPU ({capability}, avx512_bf16 but no amx_bf16); "
+        "prefer precision='float32'"
     )
 
 

@@ -8,16 +8,16 @@ updates inside. :class:`UpdateFunction` runs that same function in one of these 
 - ``eager``: plain PyTorch, bit-reproducible run to run and across a resume.
 - ``compile``: ``torch.compile(fn, dynamic=False)``: inductor fuses the forward and the backward into
   a few kernels (C++ on the CPU, Triton on CUDA). The first calls compile (inductor's on-disk cache
-  shortens that in later runs). Reproducible run to
-  run and across a resume in compile mode, but not bit-identical to eager.
+  shortens that in later runs). Reproducible run to run and across a resume in compile mode, but not
+  bit-identical to eager.
 - ``cudagraphs``: CUDA only. The first :attr:`UpdateFunction.WARMUP` calls of each variant run
   eagerly on a side stream, the next one captures the whole step (forward, backward, optimizer,
   Polyak) into a ``torch.cuda.CUDAGraph`` and every later call copies its inputs into the graph's
   static tensors and replays it: one launch per gradient step. The optimizers must be capturable
   (:func:`~digideep.agents.utils.make_adam` with ``capturable=True``). Opt-in: never chosen by ``auto``.
   A step that cannot be captured (it reads a value to the host) stops the run in one line.
-- ``auto``: the mode measured fastest on the device at hand, per agent (each agent's
-  ``auto_update_mode`` states its rule, docs/measurements.md the figures); the choice is logged with why.
+- ``auto``: the mode each agent's ``auto_update_mode`` picks for the device at hand (docs/measurements.md
+  gives the figures behind each rule); the choice is logged with why.
 
 Variants: keyword arguments that are Python values (e.g. ``actor_step=True``) select a variant;
 ``compile`` specializes on them and ``cudagraphs`` captures one graph per variant and input shape.

@@ -194,8 +194,7 @@ def initialize_adam(optimizer: torch.optim.Adam) -> None:
     so that every step, the first included, takes :func:`adam_step`'s one path: a compiled update
     traces it once and a CUDA graph captures no allocation. The same numbers as the state ``step()``
     creates lazily (the step count is float32, on the parameter's device where Adam is fused or
-    capturable). :func:`make_adam` calls it; call it again after loading a state saved before the
-    first step."""
+    capturable). :func:`make_adam` calls it."""
     for group in optimizer.param_groups:
         on_device = group["fused"] or group["capturable"]
         for param in group["params"]:

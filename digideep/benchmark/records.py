@@ -114,8 +114,8 @@ def finish_parent(client: Any, parent_run_id: str, states: Mapping[str, str]) ->
 
 def summary(client: Any, name: str, cells: Sequence[Cell], states: Mapping[str, str]) -> dict[str, Any]:
     """Each cell's state, run, score (its last ``eval/return``) and resumes (its run's
-    ``digideep.resumes``: None without one run, or for a run tracked before resumes were counted),
-    and a fixed-width table of them (``-`` where the resumes are None)."""
+    ``digideep.resumes``: None without one run or without the tag), and a fixed-width table of them
+    (``-`` where the resumes are None)."""
     rows = []
     for cell in cells:
         runs = cell_runs(client, name, cell.tags(name, None))

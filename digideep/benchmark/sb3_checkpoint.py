@@ -154,7 +154,7 @@ class CellCheckpoints:
         model._last_episode_starts = np.ones((train.num_envs,), dtype=bool)
         _restore(_generator_of(eval_env), states["eval_env"])
         _restore(model.action_space.np_random, states["action_space"])
-        random.setstate(_random_state(states["python"]))
+        random.setstate(states["python"])
         np.random.set_state(states["numpy"])
         torch.set_rng_state(states["torch"].cpu())
         if "torch_cuda" in states and torch.cuda.is_available():
@@ -235,9 +235,3 @@ def _generator_of(vec_env: Any) -> np.random.Generator:
 def _restore(generator: np.random.Generator, saved: np.random.Generator) -> None:
     """Give ``generator`` the state of ``saved``, in place (whoever holds it draws on from there)."""
     generator.bit_generator.state = saved.bit_generator.state
-
-
-def _random_state(saved: Any) -> tuple:
-    """``random.getstate()``'s tuple from a checkpoint (which may hold lists where tuples were)."""
-    version, internal, gauss_next = saved
-    return int(version), tuple(int(x) for x in internal), gauss_next

@@ -179,7 +179,7 @@ def command_resume(args: argparse.Namespace) -> int:
     """Continue a session from its newest complete checkpoint.
 
     Raises:
-        UsageError: an option of a new run was given (resume used to ignore it).
+        UsageError: an option of a new run was given.
     """
     given = new_run_options(args)
     if given:

@@ -209,7 +209,7 @@ class AtariPreprocessing(gym.Wrapper):
         self.clip_reward = bool(train and clip_reward)
         meanings = base.get_action_meanings()
         self.fire = bool(fire_reset and len(meanings) >= 3 and meanings[1] == "FIRE")
-        # sparse area weights: a dense matrix product is 10x slower, more with BLAS threads contending
+        # sparse area weights: faster than a dense matrix product, which BLAS threads also contend for
         self._rows = _area_weights(shape[0], screen_size)
         self._cols = _area_weights(shape[1], screen_size)
         # state (plain attributes: EnvState captures them)

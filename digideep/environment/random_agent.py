@@ -54,7 +54,7 @@ class RandomAgent:
             self._low = np.where(action_space.bounded_below, action_space.low, 0.0)
             self._high = np.where(action_space.bounded_above, action_space.high, 0.0)
             self._bounded = bool(action_space.is_bounded("both"))
-            # one number per bound when every dimension shares it: rng.uniform is ~4x faster with scalars
+            # one number per bound when every dimension shares it: rng.uniform is faster with scalars
             if (
                 self._bounded
                 and np.all(self._low == self._low.flat[0])

@@ -1,18 +1,18 @@
 """``LeanSyncVectorEnv``: Gymnasium's ``SyncVectorEnv`` with a cheaper ``step`` (the same results).
 
-Why: with one worker on HalfCheetah-v5 the Explorer with a random agent ran at about 0.5 of the raw
-environment's step rate, and about a third of what it spent beside MuJoCo was the vector env's own
-Python (10 of 35 us per step): ``iterate`` and ``concatenate`` dispatch through ``functools.singledispatch`` on every call,
-and ``_add_info`` allocates two arrays per info key per worker (one of them thrown away when the
-key's mask exists already). Its step, in ``AutoresetMode.SAME_STEP`` with a ``Box`` observation
-space and a ``Box``, ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` action space, here writes
-each worker's observation straight into the batch and gathers the infos with one dictionary lookup
-per key. Any other case, and every episode end's ``final_obs``/``final_info`` entries or a nested
-info, goes through Gymnasium's own code.
+Why: with one worker, much of what the Explorer spends beside the simulator is the vector env's own
+Python (docs/measurements.md gives the share): ``iterate`` and ``concatenate`` dispatch through
+``functools.singledispatch`` on every call, and ``_add_info`` allocates two arrays per info key per
+worker (one of them thrown away when the key's mask exists already). Its step, in
+``AutoresetMode.SAME_STEP`` with a ``Box`` observation space and a ``Box``, ``Discrete``,
+``MultiDiscrete`` or ``MultiBinary`` action space, here writes each worker's observation straight
+into the batch and gathers the infos with one dictionary lookup per key. Any other case, and every
+episode end's ``final_obs``/``final_info`` entries or a nested info, goes through Gymnasium's own
+code.
 
 The returned infos are equal, key for key, in the same order, with the same dtypes, to
-``SyncVectorEnv``'s (``tests/environment/test_vector.py`` steps both side by side). Measured in
-``bench/bench_agents.py`` (the Explorer with a random agent against the raw env).
+``SyncVectorEnv``'s (``tests/environment/test_vector.py`` steps both side by side);
+``bench/bench_agents.py`` times the Explorer with a random agent against the raw env.
 """
 
 from __future__ import annotations

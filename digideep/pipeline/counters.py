@@ -27,17 +27,19 @@ class Counters:
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> Counters:
-        """Counters from a checkpoint; fields added since it was written take their defaults.
+        """Counters from a checkpoint, which holds every field.
 
         Raises:
-            UsageError: ``saved`` holds a field these counters do not know (a newer digideep's checkpoint).
+            UsageError: ``saved`` holds a field these counters do not know, or lacks one (a
+                checkpoint of another digideep version).
         """
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(saved) - known)
-        if unknown:
+        unknown, missing = sorted(set(saved) - known), sorted(known - set(saved))
+        if unknown or missing:
+            what = f"{unknown} are unknown to" if unknown else f"{missing} are missing for"
             raise UsageError(
-                f"checkpoint counters {unknown} are unknown to this digideep version; "
-                "resume it with the version that wrote it"
+                f"checkpoint counters {what} this digideep version; "
+                "resume it with the version that wrote it, or start a new session"
             )
         return cls(**saved)
 
@@ -46,7 +48,7 @@ class Counters:
         return asdict(self)
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Take the counters of a checkpoint in place (:meth:`from_dict`'s checks and defaults)."""
+        """Take the counters of a checkpoint in place (:meth:`from_dict`'s checks)."""
         loaded = Counters.from_dict(saved)
         for field in fields(self):
             setattr(self, field.name, getattr(loaded, field.name))

@@ -24,7 +24,7 @@ Without CUDA every agent gets the CPU. The log says which device each agent got 
 
 Deterministic mode (``session.deterministic: true`` or ``--deterministic``, the ``deterministic``
 argument of the same functions: either one turns it on) makes a run on one GPU repeatable:
-:func:`configure_determinism`. Its cost in speed has not been measured yet (docs/gpu.md).
+:func:`configure_determinism`.
 """
 
 from __future__ import annotations
@@ -118,13 +118,9 @@ def auto_device(
     from digideep.agents.off_policy import OffPolicyAgent
 
     if isinstance(agent, OffPolicyAgent):
-        return torch.device("cuda"), (
-            "off-policy agents make many batched gradient steps per iteration "
-            "(SAC: 191 vs ~125 steps/s, H100 vs CPU)"
-        )
+        return torch.device("cuda"), "off-policy agents make many batched gradient steps per iteration"
     return torch.device("cpu"), (
-        "on-policy agent with vector observations (small MLP): the CPU is faster "
-        "(PPO: 2,334 vs 846 frames/s, CPU vs H100); --device cuda overrides"
+        "on-policy agent with vector observations (small MLP): the CPU is faster; --device cuda overrides"
     )
 
 

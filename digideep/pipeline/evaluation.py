@@ -5,10 +5,10 @@ train normalisers copied in. A run evaluates every ``frame_interval`` train fram
 ``test_interval`` epochs' frames) and always at its frame budget (``number_epochs`` epochs'
 frames), so that its last evaluation is its score. Each evaluation is logged as the metric
 ``eval/return`` at step = frames: the mean undiscounted return of that evaluation's ``K``
-episodes only (the older ``explore/test/episode_return`` stays a window over ``test_win_size``
-episodes). The protocol is also logged as three MLflow params, ``eval/frame_interval``,
-``eval/episodes`` and ``eval/frame_budget``, so that a report can refuse runs that were measured
-differently. ``docs/benchmark.md`` writes the protocol down.
+episodes only (``explore/test/episode_return`` is a window over ``test_win_size`` episodes instead).
+The protocol is also logged as three MLflow params, ``eval/frame_interval``, ``eval/episodes`` and
+``eval/frame_budget``, so that a report can refuse runs that were evaluated differently.
+``docs/benchmark.md`` writes the protocol down.
 
 Intervals are given in frames but the Runner evaluates at epoch ends, so a frame interval maps
 onto ``test_interval = frame_interval / (epoch_size x n_steps x num_workers)`` epochs and must be

@@ -63,7 +63,7 @@ def play(
     for spec in params["agents"].values():  # acting only: a cudagraphs session plays on a CPU too
         spec["args"] = acting_only(spec.get("args", {}))
     # the run's own code imports from the folders it was recorded in, before anything opens
-    use_code_folders(info.get(IMPORT_PATHS), params, f"session '{root}/{session_name}'")
+    use_code_folders(info[IMPORT_PATHS], params, f"session '{root}/{session_name}'")
     devices = DeviceChoice(device, deterministic)
     session = Session(root=root, name=session_name, resume=True, lock=False)
     before = set(session.videos_path.glob("*.mp4"))

@@ -87,8 +87,7 @@ def _build(
     ``accept(prepared)`` sees what every memory brings back, read and checked, before anything
     is restored; it refuses by raising (a resume refuses a memory that does not come back whole).
     """
-    folders = info.get(IMPORT_PATHS) or session.info().get(IMPORT_PATHS)  # older runner.json: none
-    use_code_folders(folders, params or info["params"], f"session '{session.url}'")
+    use_code_folders(info[IMPORT_PATHS], params or info["params"], f"session '{session.url}'")
     components.check_classes(info, path)
     runner = Runner(session, params or info["params"], devices=devices, tracker=tracker, modes=modes)
     try:
@@ -144,7 +143,7 @@ def resume(session: Session, devices: DeviceChoice | None = None) -> tuple[Runne
         except DamagedCheckpointError as error:
             skipped.append((checkpoint, str(error)))
             continue
-        short = _journal_short_of(journal, journal_size, states.get("journal", {}).get("offset", 0))
+        short = _journal_short_of(journal, journal_size, states["journal"].get("offset", 0))
         if short:
             skipped.append((checkpoint, short))
             continue

@@ -47,17 +47,10 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore :func:`rng_state`. Checkpoints written before :data:`run_random` (which saved Python's
-    global generator as ``"python"``) restore that state into :data:`run_random`."""
-    run_random.setstate(_as_random_state(state.get("run_random", state.get("python"))))
+    """Restore :func:`rng_state`."""
+    run_random.setstate(state["run_random"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
     if "torch_cuda" in state and torch.cuda.is_available():
         saved = state["torch_cuda"][: torch.cuda.device_count()]  # resumed on fewer GPUs: those there are
         torch.cuda.set_rng_state_all([s.cpu() for s in saved])
-
-
-def _as_random_state(saved: Any) -> tuple:
-    """``random.getstate()``'s tuple from a checkpoint (which may hold lists where tuples were)."""
-    version, internal, gauss_next = saved
-    return int(version), tuple(int(x) for x in internal), gauss_next

@@ -90,7 +90,7 @@ class RunState:
             memory.restore(state["memories"][name], prepared[name])
         self.monitor.load_state_dict(state["monitor"])
         set_rng_state(state["rng"])
-        if self.journal is not None and "offset" in state.get("journal", {}):
+        if self.journal is not None and "offset" in state["journal"]:
             # the replayed iterations append their records again
             self.journal.rewind(state["journal"]["offset"], checkpoint=self.counters.iteration)
 

@@ -9,10 +9,9 @@ One handler serves a whole training command (:func:`catch_stop_signals`): ``digi
 ``resume`` install it before importing anything heavy, the train flow again in its body (Prefect's
 engine puts a SIGTERM handler of its own in between) and ``Runner.train`` around its loop. It never
 raises into the code that happens to run: a KeyboardInterrupt raised inside an import, Prefect's
-engine or pydantic was turned into another error there, or caught by a bare ``except`` and lost (a
-Ctrl-C 2.4 s into ``digideep train`` trained the run to its end). It records the signal and asks the
-loop, when one runs, to stop; the command acts on the record at its own boundaries: before the
-session exists :func:`raise_if_stopped` ends it with nothing written
+engine or pydantic can be turned into another error there, or caught by a bare ``except`` and lost.
+It records the signal and asks the loop, when one runs, to stop; the command acts on the record at
+its own boundaries: before the session exists :func:`raise_if_stopped` ends it with nothing written
 (:class:`StoppedBeforeStartError`), once it exists the loop stops at its first stage boundary with a
 checkpoint. Only a second SIGINT interrupts at once (KeyboardInterrupt).
 """

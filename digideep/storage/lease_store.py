@@ -158,7 +158,8 @@ _CLIENTS_LOCK = threading.Lock()
 
 
 def _s3_client(timeout: float) -> Any:
-    """One boto3 S3 client per process, timeout and AWS_* environment (making one costs ~100 ms).
+    """One boto3 S3 client per process, timeout and AWS_* environment: making one is slow
+    (docs/measurements.md).
 
     Keyed by pid so that a forked process makes its own (a client is not fork-safe).
     """

@@ -110,8 +110,8 @@ class MlflowTracker:
         asynchronous: send metrics from a background thread (True) or inside ``log_metrics``.
         connect_timeout: seconds the start-up check waits for a server.
         min_flush_interval: least seconds between two sends (metrics wait in the buffer meanwhile);
-            0 sends at every ``log_metrics`` call. 1 s keeps short iterations (PPO on small envs)
-            from paying for a send each; a SAC iteration (~1 s or more) still sends every time.
+            0 sends at every ``log_metrics`` call. 1 s keeps short iterations from paying for a send
+            each.
         finish_timeout: seconds :meth:`finish` waits for the last metrics.
         journal: the metrics journal to send from (the Runner shares its own); by default
             ``<session_path>/metrics.jsonl``, or a file in a temporary folder without a session.

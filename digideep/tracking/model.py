@@ -21,8 +21,7 @@ models* named ``model`` and ``best_model``, linked to the run as its outputs: ML
 ``search_logged_models`` and in the run's Models column, and loads them as ``models:/<model_id>`` or
 ``runs:/<run_id>/model``. The final one is registered when ``tracking.register_model`` names a
 registered model; ``digideep runs register RUN [--name N] [--alias A]`` (:func:`register_model`)
-registers one afterwards. Runs logged by earlier digideep versions kept their models as artifact
-folders of the run; registering those still works. Loading needs torch, numpy and mlflow only: the
+registers one afterwards. Loading needs torch, numpy and mlflow only: the
 pyfunc is saved as code (:mod:`digideep.tracking.policy_pyfunc`), so neither digideep nor Prefect
 is imported. Checkpoints on object storage (``s3://...``) are read through their
 :class:`~digideep.storage.location.Location`.
@@ -125,7 +124,7 @@ def build_policy(checkpoint: str | Path | Location) -> tuple[PolicyModule, Any]:
     if len(agents) != 1:
         raise UsageError(f"checkpoint {path} has {len(agents)} agents; exporting a model needs exactly one")
     ((name, spec),) = agents.items()
-    use_code_folders(info.get(IMPORT_PATHS), params, f"checkpoint {path}")  # a user's own agent class
+    use_code_folders(info[IMPORT_PATHS], params, f"checkpoint {path}")  # a user's own agent class
     observation_space, action_spaces = MakeEnvironment(**params["env"]).spaces()
     shape = getattr(observation_space, "shape", None)
     if shape is None or len(shape) != 1:
@@ -272,7 +271,7 @@ def _log_model(client: Any, run_id: str, which: str, checkpoint: str | Path | Lo
 
     run = client.get_run(run_id)
     name = MODEL_ARTIFACTS[which]
-    step = int(read_runner_info(checkpoint)["counters"].get("frames", 0))
+    step = int(read_runner_info(checkpoint)["counters"]["frames"])
     model = client.create_logged_model(
         run.info.experiment_id,
         name=name,
@@ -352,22 +351,18 @@ def register_model(
     return str(version.version)
 
 
-def _model_source(client: Any, run: Any, which: str) -> tuple[str, str | None]:
-    """``(source URI, model id)`` of the run's ``which`` model: its logged model, or the artifact
-    folder that digideep versions before logged models wrote (model id None).
+def _model_source(client: Any, run: Any, which: str) -> tuple[str, str]:
+    """``(source URI, model id)`` of the run's ``which`` logged model.
 
     Raises:
-        UsageError: the run has neither.
+        UsageError: the run has no such logged model.
     """
     model = find_logged_model(client, run, which)
-    if model is not None:
-        # its artifact location, not "models:/<id>": MLflow's sqlite registry would look that URI up
-        # through the process's global tracking URI, not this client's store
-        return model.artifact_location, model.model_id
-    artifact = MODEL_ARTIFACTS[which]
-    folders = {f.path for f in client.list_artifacts(run.info.run_id) if f.is_dir}
-    if artifact in folders:
-        return f"{run.info.artifact_uri}/{artifact}", None
-    raise UsageError(
-        f"run {run.info.run_id} has no logged '{artifact}' model; models are logged when a run finishes"
-    )
+    if model is None:
+        raise UsageError(
+            f"run {run.info.run_id} has no logged '{MODEL_ARTIFACTS[which]}' model; models are logged when "
+            "a run finishes ('digideep runs sync SESSION' logs those of a finished session)"
+        )
+    # its artifact location, not "models:/<id>": MLflow's sqlite registry would look that URI up
+    # through the process's global tracking URI, not this client's store
+    return model.artifact_location, model.model_id

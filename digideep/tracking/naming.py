@@ -212,8 +212,8 @@ def open_experiment(client: Any, name: str, artifact_location: str | None = None
     """The id of experiment ``name``, created when missing, tagged to open in MLflow's training view.
 
     MLflow 3's UI opens an experiment without the ``mlflow.experimentKind`` tag in its GenAI view
-    (traces, prompts); digideep's runs are model training, so the tag is set, on experiments made
-    before this version too.
+    (traces, prompts); digideep's runs are model training, so the tag is set, on an existing
+    experiment that lacks it too.
 
     Raises:
         ValueError: the experiment is deleted.

@@ -1,9 +1,9 @@
 """Sending the metrics journal to MLflow: each value once, from one background thread.
 
-A ``log_batch`` costs about 4 ms against the embedded sqlite store and 30 to 80 ms against a local
-``mlflow server`` on this project's machines (``bench/bench_tracking.py``), more than the 2 % of a
-training iteration that tracking may take. The training loop therefore only appends to the journal
-(:mod:`digideep.tracking.journal`); a background thread sends what the journal holds.
+A ``log_batch`` costs more than the 2 % of a training iteration that tracking may take
+(``bench/bench_tracking.py``; docs/measurements.md gives the figures). The training loop therefore
+only appends to the journal (:mod:`digideep.tracking.journal`); a background thread sends what the
+journal holds.
 
 :class:`JournalUploader` sends the records after the sent offset in ``log_batch`` calls of whole
 records (at most 1000 values a call; a record of more is split by MLflow's client) and records the
@@ -279,7 +279,7 @@ def missing_artifacts(
         if lacking:
             missing.append(MissingArtifact(artifact, checkpoint, lacking))
     if done and found:
-        models = held | _logged_models(client, run_id)
+        models = _logged_models(client, run_id)
         for which, checkpoint in _model_checkpoints(found).items():
             if MODEL_ARTIFACTS[which] not in models:
                 missing.append(MissingArtifact(MODEL_ARTIFACTS[which], checkpoint))
@@ -307,7 +307,7 @@ def send_artifacts(
 
 
 def _held_artifacts(client: MlflowClient, run_id: str, checkpoint_names: list[str]) -> set[str]:
-    """The run's top-level artifact folders and the files under ``checkpoints/<name>/`` of each name."""
+    """The run's top-level artifacts and the files under ``checkpoints/<name>/`` of each name."""
     held = {entry.path for entry in client.list_artifacts(run_id)}
     if "checkpoints" in held:
         logged = {entry.path for entry in client.list_artifacts(run_id, "checkpoints")}
@@ -318,8 +318,7 @@ def _held_artifacts(client: MlflowClient, run_id: str, checkpoint_names: list[st
 
 
 def _logged_models(client: MlflowClient, run_id: str) -> set[str]:
-    """Names of the READY MLflow logged models that ``run_id`` produced (how MLflow 3 keeps models;
-    runs of earlier versions hold theirs as artifact folders, which :func:`_held_artifacts` lists)."""
+    """Names of the READY MLflow logged models that ``run_id`` produced."""
     from mlflow.entities import LoggedModelStatus
 
     experiment = client.get_run(run_id).info.experiment_id
@@ -332,9 +331,8 @@ def _logged_models(client: MlflowClient, run_id: str) -> set[str]:
 def _model_checkpoints(found: list[Checkpoint]) -> dict[str, Checkpoint]:
     """The checkpoints a finished run's models come from: the newest (final) and the best one."""
     by_iteration = {checkpoint.iteration: checkpoint for checkpoint in found}
-    counters = read_runner_info(found[-1].location).get("counters", {})
+    best = read_runner_info(found[-1].location)["counters"]["best_checkpoint"]
     chosen = {"final": found[-1]}
-    best = counters.get("best_checkpoint", -1)
     if best in by_iteration:
         chosen["best"] = by_iteration[best]
     return chosen

@@ -155,7 +155,7 @@ class Monitor:
             for name, values in state["values"].items():
                 window = self._entries[name] = _Window(self._windows[name])
                 window.values.extend(values)
-            for name, sums in state.get("running", {}).items():  # (checkpoints before it had none)
+            for name, sums in state["running"].items():
                 running = self._entries[name] = _Running()
                 for slot, value in sums.items():
                     setattr(running, slot, value)

@@ -90,7 +90,7 @@ def ignoring_sigint(make: Callable[[], T]) -> Callable[[], T]:
 
     For what a subprocess worker calls first (the environment constructors of Gymnasium's
     ``AsyncVectorEnv``): a terminal's Ctrl-C reaches every process of its group, and a worker that
-    died of it broke the run that was finishing its iteration to checkpoint. The run closes its
+    dies of it breaks the run that is finishing its iteration to checkpoint. The run closes its
     workers itself once it has. Picklable, as a worker's constructor must be.
     """
     return functools.partial(_call_ignoring_sigint, make)

@@ -10,8 +10,8 @@ Usage::
     profiler.summary()  # {"/explore": {"count": 1, "total": 0.12, "mean": 0.12}, "/explore/step": ...}
     profiler.reset()    # start the next log interval
 
-Names nest per thread. A ``KeepTime`` block costs about a microsecond (``bench/bench_debug_tools.py``
-measures it), cheap enough to leave on around every stage and env step.
+Names nest per thread. A ``KeepTime`` block is cheap enough to leave on around every stage and env
+step (``bench/bench_debug_tools.py`` measures it; docs/debugging.md gives the figure).
 """
 
 from __future__ import annotations

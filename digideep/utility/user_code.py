@@ -99,7 +99,7 @@ def use_code_folders(folders: Mapping[str, str] | None, params: Mapping[str, Any
     left to the caller's own check, e.g. :func:`~digideep.pipeline.components.check_classes`.
 
     Args:
-        folders: the run's ``import_paths`` (None or empty for runs recorded before them).
+        folders: the run's ``import_paths`` (None or empty: nothing to put back).
         params: the params tree whose classes are about to be built.
         where: the session or checkpoint, for the message.
 
@@ -122,7 +122,7 @@ def use_code_folders(folders: Mapping[str, str] | None, params: Mapping[str, Any
             top = dotted.replace(":", ".").split(".")[0]
             folder = folders.get(top)
             if folder is None:
-                continue  # installed code (or a run recorded before import_paths): the builder reports it
+                continue  # installed code: the builder reports what does not import
             reason = str(error).removeprefix(f"'{dotted}': ")
             if not Path(folder).is_dir():
                 recorded = f"{where} recorded module '{top}' in {folder}, which no longer exists"

@@ -52,7 +52,7 @@ def small_params() -> dict:
 @pytest.fixture(autouse=True)
 def fresh_debug_tools():
     """The Monitor and Profiler are process-wide: start every test without other tests' values."""
-    monitor.load_state_dict({"windows": {}, "values": {}})
+    monitor.load_state_dict({"windows": {}, "values": {}, "running": {}})
     profiler.reset()
 
 

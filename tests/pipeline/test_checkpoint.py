@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from digideep import __version__
 from digideep.errors import UsageError
 from digideep.storage import checkpoint as ckpt
 from digideep.storage import codec
@@ -106,13 +107,19 @@ def test_damaged_runner_json_is_named(tmp_path):
         ckpt.load_checkpoint(saved.path)
 
 
-def test_incompatible_version_is_named(tmp_path):
+@pytest.mark.parametrize("version", [1, 99])  # 1: a layout of an earlier digideep, 99: a newer one
+def test_incompatible_version_is_refused_in_one_line(tmp_path, version):
     saved = ckpt.save_checkpoint(tmp_path, 1, info(), states())
     data = json.loads(saved.runner_file.read_text())
-    data["format_version"] = 99
+    data["format_version"] = version
     saved.runner_file.write_text(json.dumps(data))
-    with pytest.raises(UsageError, match=r"has format version 99 .* reads version 2 only"):
+    with pytest.raises(UsageError) as refused:
         ckpt.load_checkpoint(saved.path)
+    assert str(refused.value) == (
+        f"checkpoint file '{saved.runner_file}' has format version {version} (digideep {__version__}); "
+        f"this digideep {__version__} reads version 2 only: resume it with the version that wrote it, "
+        "or start a new session"
+    )
 
 
 def test_the_codec_keeps_tensors_tensors_and_arrays_arrays(tmp_path):

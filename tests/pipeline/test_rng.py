@@ -33,11 +33,3 @@ def test_seeding_seeds_the_global_random_too_and_the_run_generator_apart_from_it
     seed_everything(3)
     assert (random.random(), run_random.random()) == first
     assert first[0] == random.Random(3).random()
-
-
-def test_a_checkpoint_from_before_the_run_generator_restores_its_python_state_into_it():
-    older = random.Random(11)
-    state = {"python": older.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    state["python"] = [state["python"][0], list(state["python"][1]), None]  # as a codec may return it
-    set_rng_state(state)
-    assert run_random.random() == older.random()

@@ -1,15 +1,12 @@
-"""The Runner's own state in process: its Monitor and Counters through a checkpoint, old checkpoints, signals."""
+"""The Runner's own state in process: its Monitor and Counters through a checkpoint, signals."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import signal
 
 import pytest
-import torch
 
 from digideep.errors import UsageError
 from digideep.pipeline.counters import Counters
@@ -19,7 +16,7 @@ from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
 from digideep.pipeline.session import Session
 from digideep.pipeline.signals import StopOnSignals
-from digideep.storage.checkpoint import COMMIT_FILE, find_checkpoints, load_checkpoint
+from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
 from digideep.utility.monitoring import monitor
 from tests.agents.runner_setup import shipped_params
 
@@ -39,8 +36,8 @@ TINY_SAC = {
 TEST_RETURN = "/explore/test/episode_return"
 
 
-def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
-    """A checkpoint written before ``last_test_return`` was a counter resumes with it unknown (NaN)."""
+def test_the_monitor_and_the_counters_resume_from_a_checkpoint(tmp_path):
+    """The Runner's own Monitor and counters (the latest test return included) come back as saved."""
     params = shipped_params("pendulum_sac", **{**TINY_SAC, "number_epochs": 2})
     session = Session(root=tmp_path, name="run")
     runner = Runner(session, params, devices=DeviceChoice("cpu"))
@@ -53,41 +50,33 @@ def test_a_checkpoint_without_the_newer_counters_still_resumes(tmp_path):
     assert len(runner.monitor.window_values(TEST_RETURN)) == 2  # one test episode per epoch
     assert monitor.window_values(TEST_RETURN) == []  # the process-wide Monitor carried nothing
 
-    # make the first checkpoint look like one an older digideep wrote: no last_test_return
     first = find_checkpoints(session.checkpoints_location)[0]
-    stored = torch.load(first.states_file, weights_only=True)  # as written (encoded), counters plain
-    old_counters = {k: v for k, v in stored["counters"].items() if k != "last_test_return"}
-    assert set(old_counters) == {
-        "iteration", "frames", "wall_time", "last_log_frames",
-        "best_test_return", "best_checkpoint", "last_checkpoint",
-    }  # fmt: skip
-    torch.save({**stored, "counters": old_counters}, first.states_file)
-    info = json.loads(first.runner_file.read_text())
-    first.runner_file.write_text(json.dumps({**info, "counters": old_counters}))
-    record = json.loads((first.path / COMMIT_FILE).read_text())  # committed as it is now
-    for name in ("runner.json", "states.pt"):
-        data = (first.path / name).read_bytes()
-        record["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (first.path / COMMIT_FILE).write_text(json.dumps(record))
-    assert load_checkpoint(first.path)[1]["counters"] == old_counters
-
+    saved = load_checkpoint(first.path)[1]["counters"]
+    assert not math.isnan(saved["last_test_return"])
     session = Session(root=tmp_path, name="run", resume=True)
     resumed = from_checkpoint(session, first.path, devices=DeviceChoice("cpu"))
     try:
-        assert math.isnan(resumed.counters.last_test_return)
-        assert resumed.counters.best_test_return == old_counters["best_test_return"]
+        assert resumed.counters == Counters.from_dict(saved)
         assert resumed.monitor.window_values(TEST_RETURN) == runner.monitor.window_values(TEST_RETURN)[:1]
         assert resumed.train() == "finished"
-        assert resumed.counters.iteration == 2 and not math.isnan(resumed.counters.last_test_return)
+        assert resumed.counters.iteration == 2
     finally:
         resumed.close()
         session.close()
 
 
-def test_counters_refuse_fields_they_do_not_know():
-    assert Counters.from_dict({"iteration": 3}) == Counters(iteration=3)
+def test_counters_refuse_fields_they_do_not_know_or_lack():
+    saved = Counters(iteration=3).state_dict()
+    assert Counters.from_dict(saved) == Counters(iteration=3)
     with pytest.raises(UsageError, match=r"\['episodes'\] are unknown to this digideep version"):
-        Counters.from_dict({"iteration": 3, "episodes": 7})
+        Counters.from_dict({**saved, "episodes": 7})
+    del saved["last_test_return"]
+    with pytest.raises(
+        UsageError,
+        match=r"\['last_test_return'\] are missing for this digideep version; resume it with the version "
+        "that wrote it, or start a new session",
+    ):
+        Counters.from_dict(saved)
 
 
 def test_a_first_signal_asks_to_stop_and_a_second_sigint_interrupts():

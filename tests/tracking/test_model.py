@@ -146,6 +146,24 @@ def test_the_logged_model_acts_as_the_checkpoint_without_digideep_or_prefect(tmp
         assert "\n" not in str(raised.value)
 
 
+def test_a_run_without_a_logged_model_is_refused_in_one_line(sqlite_uri, tmp_path) -> None:
+    """An artifact folder named like the model is not a logged model: register refuses the run."""
+    client = MlflowClient(sqlite_uri)
+    experiment = client.create_experiment(f"no-model-{uuid.uuid4().hex[:8]}", str(tmp_path / "artifacts"))
+    run_id = client.create_run(experiment).info.run_id
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "MLmodel").write_text("flavors: {}\n")
+    client.log_artifacts(run_id, str(folder), "model")
+    client.set_terminated(run_id)
+    with pytest.raises(UsageError) as refused:
+        main_runs(["register", run_id, "--name", "x", "--tracking-uri", sqlite_uri], out=io.StringIO())
+    assert str(refused.value) == (
+        f"run {run_id} has no logged 'model' model; models are logged when a run finishes "
+        "('digideep runs sync SESSION' logs those of a finished session)"
+    )
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_the_model_of_a_session_on_s3_reaches_mlflow(run_env, s3_env, s3_bucket, monkeypatch) -> None:
     # the checkpoint was once read as Path("s3://...") == "s3:/...": S3 sessions logged no model

@@ -26,7 +26,7 @@ from digideep.agents.base import AgentBase
 from digideep.agents.encoders import EncodedObservations, ObservationEncoder
 from digideep.agents.ppo import losses
 from digideep.agents.ppo.batches import Minibatch, Sequences, advantage_chunk, minibatches
-from digideep.agents.ppo.flat_parameters import FlatParameters, merge_optimizer_state
+from digideep.agents.ppo.flat_parameters import FlatParameters
 from digideep.agents.ppo.numpy_acting import NumpyGaussianActing
 from digideep.agents.ppo.policy import ActorCriticPolicy
 from digideep.agents.update_modes import compiler_missing
@@ -34,7 +34,6 @@ from digideep.agents.utils import (
     MetricAccumulator,
     ObservationAdapter,
     adam_step,
-    initialize_adam,
     make_adam,
     to_torch,
 )
@@ -81,10 +80,9 @@ class PPO(AgentBase):
         cnn_features: features of the Nature CNN that image observations get (512).
         update_mode: how :meth:`minibatch_step` runs (:mod:`~digideep.agents.update_modes`):
             ``eager``, ``compile``, ``cudagraphs`` (CUDA only) or ``auto`` (:meth:`auto_update_mode`
-            says what it picks and the measurement behind it). ``compile`` specializes on the minibatch
-            shape: its first update compiles (15 s to 45 s at HalfCheetah sizes on one CPU thread, as
-            loaded as the CPU is; 4 s from inductor's on-disk cache), and a trailing minibatch of another
-            size compiles once more.
+            says what it picks and why). ``compile`` specializes on the minibatch shape: its first
+            update compiles (tens of seconds on the CPU, less from inductor's on-disk cache), and a
+            trailing minibatch of another size compiles once more.
 
     The encoder follows the observation space: an image (``(C, H, W)``, e.g. Atari's stacked frames)
     gets a Nature CNN shared by actor and critic; a Dict of vectors is concatenated into the MLPs; a
@@ -368,32 +366,30 @@ class PPO(AgentBase):
     def auto_update_mode(self) -> tuple[str, str]:
         """What ``update_mode="auto"`` runs (see :meth:`AgentBase.auto_update_mode`).
 
-        - a recurrent policy: eager (compile would unroll the GRU over every whole sequence; not measured
-          faster);
-        - a CNN policy (image observations), or heads in DataParallel: eager (not measured faster);
-        - CUDA: compile (inductor fuses the step's many small kernels; not yet measured by digideep);
-        - the CPU with a C++ compiler: compile, measured at 1.40x eager's frames/s (updates included)
-          at HalfCheetah sizes on one thread in two runs of ``bench/bench_agents.py --only ppo`` (an
-          AVX-512 CPU, 2 cores; eager 2.2x to 2.3x SB3's frames/s, compile 3.1x to 3.2x), after a first
-          update that compiles for 15 s to 45 s (as loaded as the CPU is; 4 s from inductor's on-disk
-          cache); without a compiler, eager;
+        - a recurrent policy: eager (compile would unroll the GRU over every whole sequence);
+        - a CNN policy (image observations), or heads in DataParallel: eager (no benchmark shows
+          compile faster for them);
+        - CUDA: compile (inductor fuses the step's many small kernels);
+        - the CPU with a C++ compiler: compile, faster than eager in frames/s, updates included
+          (``bench/bench_agents.py --only ppo``; docs/measurements.md gives the figures), after a
+          first update that compiles for tens of seconds; without a compiler, eager;
         - anything else: eager.
         """
         if self.policy.recurrent:
             return "eager", "a recurrent policy: compile would unroll the GRU over each whole sequence"
         if self.policy.encoder is not None:
-            return "eager", "a CNN policy: compile was not measured faster for it"
+            return "eager", "a CNN policy: no benchmark shows compile faster for it"
         if any(isinstance(module, torch.nn.DataParallel) for module in self.policy.children()):
-            return "eager", "DataParallel heads: compile was not measured with them"
+            return "eager", "DataParallel heads: no benchmark shows compile faster with them"
         if self.device.type == "cuda":
             return "compile", "CUDA: inductor fuses the step's small kernels; cudagraphs is opt-in"
         if self.device.type != "cpu":
-            return "eager", f"compile was not measured on {self.device.type}"
+            return "eager", f"no benchmark shows compile faster on {self.device.type}"
         if compiler_missing():
             return "eager", "compile would need a C++ compiler (set $CXX, or install g++ or clang++)"
         return "compile", (
-            "compile measured 1.40x eager frames/s at HalfCheetah sizes on one CPU thread "
-            "(bench_agents.py); its first update compiles for 15 s to 45 s"
+            "CPU: compile runs PPO's small networks faster than eager (bench_agents.py); "
+            "its first update compiles for tens of seconds"
         )
 
     def _epoch_end(self, log_ratios: list[torch.Tensor], clip: float, metrics: MetricAccumulator) -> bool:
@@ -414,15 +410,6 @@ class PPO(AgentBase):
         return {**super().state_dict(), "acting_rng": self.acting_rng.bit_generator.state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`.
-
-        Checkpoints from before the flat parameter buffer (optimizer state per parameter) and before
-        the acting generator (no ``acting_rng``: the generator keeps its seed) load too.
-        """
-        state = dict(state)
-        if "optimizer" in state:
-            state["optimizer"] = merge_optimizer_state(state["optimizer"], self.flat.params)
+        """Restore :meth:`state_dict`."""
         super().load_state_dict(state)
-        initialize_adam(self.optimizer)  # a state saved before the first step has none
-        if "acting_rng" in state:
-            self.acting_rng.bit_generator.state = state["acting_rng"]
+        self.acting_rng.bit_generator.state = state["acting_rng"]

@@ -1,18 +1,18 @@
 """PPO's acting step in NumPy, for feed-forward Gaussian policies on the CPU.
 
 Why: one acting step at HalfCheetah sizes (one row through two 64x64 tanh MLPs, a Gaussian sample and
-its log-probability) is a few dozen tiny operations. Eager torch spends 3 to 8 us dispatching each,
-so acting took about 4x the MuJoCo step itself (230 us against 57 us). NumPy dispatches in about
-1 us; here the step costs about 15 us. The update still runs in torch on the same parameters.
+its log-probability) is a few dozen tiny operations, which eager torch dispatches far more slowly
+than NumPy does: enough for acting in torch to outlast the MuJoCo step (docs/measurements.md gives
+the figures). The update still runs in torch on the same parameters.
 
 What is fused: actor and critic run as *one* MLP whose first layer stacks both first layers and whose
 later layers are block-diagonal (actor block, critic block), so a step is three matmuls instead of
 six; its output is ``[mean | value]``. Those matrices are copies, rebuilt whenever the policy's
 parameters changed (see :meth:`NumpyGaussianActing.refresh`).
 
-Exploration noise comes from the agent's own NumPy generator (``standard_normal``): torch's ``randn``
-alone cost 15 us per step between MuJoCo steps, NumPy's 3.5 us. The agent seeds it from torch's
-generator and keeps its state in its checkpoint.
+Exploration noise comes from the agent's own NumPy generator (``standard_normal``, cheaper per step
+than torch's ``randn``). The agent seeds it from torch's generator and keeps its state in its
+checkpoint.
 """
 
 from __future__ import annotations

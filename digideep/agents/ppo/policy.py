@@ -6,10 +6,10 @@ With image observations (Atari) an :class:`~digideep.agents.encoders.Observation
 CNN, CleanRL's ``ppo_atari.py``) is a trunk that actor and critic share; the heads then are single
 linear layers by default (``hidden_sizes=()``).
 
-Fusing actor and critic into one batched two-member network was measured no faster at 64x64 on CPU
-(the cost is per-operation overhead, not arithmetic), so they stay two plain modules. Acting is
-where fusing pays: on the CPU the agent acts through :mod:`~digideep.agents.ppo.numpy_acting`, one
-fused NumPy forward over copies of these weights.
+Actor and critic stay two plain modules: at 64x64 the update's cost is per-operation overhead, not
+arithmetic, and fusing them into one batched two-member network does not lower it
+(docs/measurements.md). Acting is where fusing pays: on the CPU the agent acts through
+:mod:`~digideep.agents.ppo.numpy_acting`, one fused NumPy forward over copies of these weights.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class ActorCriticPolicy(PolicyBase):
             index = dist.logits.argmax(-1) if deterministic else dist.sample()
             actions, log_prob = index + self.action_offset, dist.log_prob(index)
         else:
-            actions = dist.mean if deterministic else dist.rsample()  # rsample: 5x cheaper than sample()
+            actions = dist.mean if deterministic else dist.rsample()  # rsample: cheaper than sample()
             log_prob = dist.log_prob(actions).sum(-1)
             actions = actions.reshape(-1, *self.action_shape)
         return {
@@ -165,19 +165,3 @@ class ActorCriticPolicy(PolicyBase):
                 "action_log_probs": log_prob.unsqueeze(-1),
             },
         }
-
-    # -- checkpoints of the fused layout -----------------------------------------------------------
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        """Read the earlier layout too (actor and critic stacked in ``heads.weights.<i>``, ``(2, in, out)``)."""
-        stacked = f"{prefix}heads.weights."
-        keys = [k for k in state_dict if k.startswith(stacked)]
-        for key in keys:
-            layer = int(key[len(stacked) :])
-            weight, bias = state_dict.pop(key), state_dict.pop(f"{prefix}heads.biases.{layer}")
-            index = 2 * layer  # nn.Sequential position: Linear, activation, Linear, ...
-            for member, name in enumerate(("actor", "critic")):
-                # the critic was member 1 of an ensemble with the actor's output width: keep its first output
-                rows = 1 if (name == "critic" and layer == len(keys) - 1) else weight.shape[-1]
-                state_dict[f"{prefix}{name}.{index}.weight"] = weight[member].T[:rows].contiguous()
-                state_dict[f"{prefix}{name}.{index}.bias"] = bias[member, 0, :rows].contiguous()
-        super()._load_from_state_dict(state_dict, prefix, *args)

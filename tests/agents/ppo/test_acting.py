@@ -1,5 +1,5 @@
-"""PPO's fast paths: NumPy acting agrees with the torch policy, the flat parameter buffer trains the
-modules' own parameters, and checkpoints of the per-parameter optimizer layout still load."""
+"""PPO's fast paths: NumPy acting agrees with the torch policy, and the flat parameter buffer trains
+the modules' own parameters."""
 
 from __future__ import annotations
 
@@ -144,44 +144,6 @@ def test_state_round_trip_continues_the_same_stochastic_actions() -> None:
     twin.update(batch)
     for key, value in agent.policy.state_dict().items():
         assert torch.equal(twin.policy.state_dict()[key], value), key
-
-
-def test_a_checkpoint_with_the_per_parameter_optimizer_still_loads() -> None:
-    """Checkpoints written before the flat buffer hold Adam's state per parameter, and no acting_rng."""
-    agent, batch = trained_agent()
-    policy_state = {k: v.clone() for k, v in agent.policy.state_dict().items()}
-    # the earlier layout: Adam over policy.parameters() one by one, after a step
-    old_params = [torch.nn.Parameter(p.detach().clone()) for p in agent.policy.parameters()]
-    old_adam = torch.optim.Adam(old_params, lr=3e-4, eps=1e-5)
-    for p in old_params:
-        p.grad = torch.randn_like(p)
-    old_adam.step()
-    old_state = {
-        "policy": policy_state,
-        "optimizer": old_adam.state_dict(),
-        "counters": {"updates": 7, "iterations": 1},
-    }
-
-    restored = PPO(
-        "agent",
-        SESSION,
-        agent.observation_space,
-        agent.action_space,
-        batch_size=16,
-        n_epochs=2,
-        update_mode="eager",
-    )
-    restored.load_state_dict(old_state)
-    assert restored.updates == 7
-    moments = restored.optimizer.state[restored.flat.param]
-    expected = torch.cat([old_adam.state[p]["exp_avg"].reshape(-1) for p in old_params])
-    torch.testing.assert_close(moments["exp_avg"], expected)
-    for key, value in policy_state.items():
-        torch.testing.assert_close(restored.policy.state_dict()[key], value)
-    metrics = restored.update(batch)
-    assert np.isfinite(list(metrics.values())).all()
-    steps = restored.updates - 7
-    assert int(restored.optimizer.state[restored.flat.param]["step"]) == 1 + steps  # Adam went on counting
 
 
 def test_the_log_prob_formula_is_normals() -> None:

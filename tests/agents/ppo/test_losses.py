@@ -136,24 +136,3 @@ def test_value_loss_reaches_only_the_critic() -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.critic.parameters())
     assert all(p.grad is None for p in policy.actor.parameters())
     assert policy.log_std.grad is None
-
-
-def test_checkpoints_of_the_fused_actor_critic_still_load() -> None:
-    """Earlier checkpoints stacked actor and critic as ``heads.weights.<i>: (2, in, out)``."""
-    torch.manual_seed(0)
-    policy = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8, 8])
-    actor = [policy.actor[i] for i in (0, 2, 4)]
-    critic = [policy.critic[i] for i in (0, 2, 4)]
-    old = {"log_std": policy.log_std.detach().clone()}
-    for layer, (a, c) in enumerate(zip(actor, critic, strict=True)):
-        c_weight, c_bias = c.weight.detach(), c.bias.detach()
-        if layer == 2:  # the critic member had the actor's output width; its first output was the value
-            c_weight = torch.cat([c_weight, torch.randn(1, 8)])
-            c_bias = torch.cat([c_bias, torch.randn(1)])
-        old[f"heads.weights.{layer}"] = torch.stack([a.weight.detach().T, c_weight.T])
-        old[f"heads.biases.{layer}"] = torch.stack([a.bias.detach(), c_bias]).unsqueeze(1)
-    fresh = ActorCriticPolicy(3, gym.spaces.Box(-1, 1, (2,)), [8, 8])
-    fresh.load_state_dict(old)
-    features = torch.randn(4, 3)
-    torch.testing.assert_close(fresh.actor(features), policy.actor(features))
-    torch.testing.assert_close(fresh.value(features), policy.value(features))

@@ -56,7 +56,7 @@ def test_auto_says_what_it_picks_and_why(monkeypatch) -> None:
     mlp = agent("auto")
     recurrent = agent("auto", recurrent=True, recurrent_size=8)
     assert mlp.update_mode == "compile"
-    assert mlp.update_mode_reason.startswith("compile measured")
+    assert mlp.update_mode_reason.startswith("CPU: compile runs")
     assert recurrent.update_mode == "eager"
     assert recurrent.update_mode_reason.startswith("a recurrent policy")
 
