@@ -29,6 +29,14 @@ def run_main(cwd, *args, module="digideep.main"):
             ["--params", "params.demo", "--cpanel", '{"seed": "one"}'],
             "cpanel key 'seed' expects int, got string (\"one\")",
         ),
+        (
+            ["--params", "params.demo", "--trial", '{"study": "s",'],
+            "invalid --trial JSON at char 14: Expecting property name enclosed in double quotes",
+        ),
+        (
+            ["--params", "params.demo", "--trial", '["s", 3]'],
+            '--trial must be a JSON object with the keys storage, study and number, got ["s", 3]',
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(params_project, args, message):

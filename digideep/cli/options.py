@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
+from digideep.errors import UsageError
 from digideep.pipeline.session import DEFAULT_ROOT
 from digideep.storage.location import is_url
 
@@ -15,6 +18,7 @@ __all__ = [
     "add_common_options",
     "add_train_options",
     "add_trial_option",
+    "json_object",
     "new_run_options",
     "split_session",
 ]
@@ -119,6 +123,23 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="deterministic algorithms (repeatable runs on one GPU, at some cost in speed)",
     )
+
+
+def json_object(text: str, option: str, holding: str) -> dict[str, Any]:
+    """The JSON object that the command line gives as ``option`` (e.g. ``--trial``).
+
+    Raises:
+        UsageError: invalid JSON (``invalid --X JSON at char N: ...``), or JSON that is not an
+            object (``--X must be a JSON object <holding>, got ...``, ``holding`` saying what it
+            holds, e.g. ``of keyword arguments``).
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"invalid {option} JSON at char {error.pos}: {error.msg}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{option} must be a JSON object {holding}, got {text}")
+    return value
 
 
 def new_run_options(args: argparse.Namespace) -> str:

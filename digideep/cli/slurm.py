@@ -167,8 +167,8 @@ def command_slurm_benchmark(args: argparse.Namespace) -> int:
     )
     if not args.wait:
         return 0
-    ended = slurm.wait_for_jobs(list(jobs.values()))
-    states = {key: ended[job] for key, job in jobs.items()}
+    ended = slurm.wait_for_jobs({f"cell {key}": job for key, job in jobs.items()})
+    states = {key: ended[f"cell {key}"] for key in jobs}
     status, table = cells_as_jobs.close_benchmark(client, name, parent, cells, states)
     print(f"{table}\nbenchmark {name} {status}")
     return 0 if status == "FINISHED" else 1

@@ -15,6 +15,7 @@ import json
 import logging
 from typing import Any
 
+from digideep.cli.options import json_object
 from digideep.cli.slurm_jobs import (
     absolute_root,
     add_job_options,
@@ -103,18 +104,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _json_object(text: str | None, option: str) -> dict[str, Any]:
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"invalid {option} JSON at char {error.pos}: {error.msg}") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{option} must be a JSON object of keyword arguments, got {text}")
-    return value
-
-
 def command_slurm_tune(args: argparse.Namespace) -> int:
     """Check the params, the search space, the config and the cluster, then run the study: submit the
     trials' jobs, wait for them, tell the study; end its MLflow parent run with the best trial."""
@@ -131,8 +120,13 @@ def command_slurm_tune(args: argparse.Namespace) -> int:
     config = job_config(args)
     module = load_params_module(args.params)
     base = parse_cpanel(args.cpanel)
-    sampler_args = _json_object(args.sampler_args, "--sampler-args")
-    pruner_args = _json_object(args.pruner_args, "--pruner-args")
+    keywords = "of keyword arguments"
+    sampler_args = (
+        json_object(args.sampler_args, "--sampler-args", keywords) if args.sampler_args is not None else {}
+    )
+    pruner_args = (
+        json_object(args.pruner_args, "--pruner-args", keywords) if args.pruner_args is not None else {}
+    )
     make_sampler(args.sampler, args.seed, sampler_args)  # an unknown argument, in one line
     make_pruner(args.pruner, pruner_args)
     example = trials_as_jobs.example_cpanel(module, base, args.seed)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from digideep.cli.options import new_run_options, split_session
+from digideep.cli.options import json_object, new_run_options, split_session
 from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
 from digideep.pipeline.session import check_session_exists, check_session_name, check_session_root
@@ -73,12 +73,10 @@ def _benchmark_cell(text: str | None) -> dict[str, Any] | None:
     from digideep.tracking.trials import BENCHMARK_CELL_KEYS
 
     keys = ("name", *BENCHMARK_CELL_KEYS)
-    try:
-        cell = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"invalid --benchmark JSON at char {error.pos}: {error.msg}") from None
-    if not isinstance(cell, dict) or any(key not in cell for key in keys):
-        raise UsageError(f"--benchmark must be a JSON object with the keys {', '.join(keys)}, got {text}")
+    holding = f"with the keys {', '.join(keys)}"
+    cell = json_object(text, "--benchmark", holding)
+    if any(key not in cell for key in keys):
+        raise UsageError(f"--benchmark must be a JSON object {holding}, got {text}")
     return cell
 
 
@@ -92,12 +90,7 @@ def _trial(text: str | None) -> dict[str, Any] | None:
         return None
     from digideep.tracking.trials import TrialReporter
 
-    try:
-        trial = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"invalid --trial JSON at char {error.pos}: {error.msg}") from None
-    if not isinstance(trial, dict):
-        raise UsageError(f"--trial must be a JSON object with the keys storage, study and number, got {text}")
+    trial = json_object(text, "--trial", "with the keys storage, study and number")
     TrialReporter.from_parameters(trial)  # its keys checked before anything is written
     return trial
 

@@ -2,15 +2,18 @@
 nodes see the session's folder, would it accept the job; then ``sbatch`` itself.
 
 Everything goes through Slurm's own commands (``sinfo``, ``sbatch``, ``squeue``), as a user on a
-login node runs them; ``SLURM_CONF`` in the environment picks the cluster as it does for them.
+login node runs them; ``SLURM_CONF`` in the environment picks the cluster as it does for them. The
+jobs submitted are watched the same way (:func:`job_states`, :func:`wait_for_jobs`); a job on hold
+waits for a person, and :class:`HoldNotices` tells them once.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +21,11 @@ from digideep.errors import UsageError
 
 __all__ = [
     "ENDED_STATES",
+    "HELD_STATES",
     "LOCAL_FILESYSTEMS",
     "Cluster",
+    "HoldNotices",
+    "JobState",
     "check_partition",
     "check_time_limit",
     "check_visible",
@@ -44,7 +50,12 @@ ENDED_STATES = frozenset(
 )  # fmt: skip
 """Job states a job does not leave (a requeued job is PENDING again, not one of these)."""
 
+HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
+"""Job states of a job that waits for a person's ``scontrol release`` (or ``scancel``)."""
+
 _TIMEOUT = 30  # seconds: a controller that does not answer in this time counts as unreachable
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,68 @@ class Cluster:
     nodes: dict[str, int]
     default: str | None
     max_seconds: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job's state as ``squeue`` gives it, and why it is in it.
+
+    Attributes:
+        state: e.g. ``RUNNING``, ``PENDING``, ``COMPLETED``; ``PURGED`` for a job the controller has
+            forgotten (``MinJobAge`` after it ended).
+        reason: ``squeue``'s reason, e.g. ``None``, ``Priority``, ``JobHeldUser``.
+    """
+
+    state: str
+    reason: str = ""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the job has ended (:data:`ENDED_STATES`, or purged)."""
+        return self.state in ENDED_STATES or self.state == "PURGED"
+
+    @property
+    def held(self) -> bool:
+        """Whether the job waits for a person to release it: a hold state (:data:`HELD_STATES`), or
+        pending on a hold (``scontrol hold``, ``sbatch --hold``, ``scontrol requeuehold``)."""
+        return self.state in HELD_STATES or (self.state == "PENDING" and "held" in self.reason.lower())
+
+    @property
+    def hold(self) -> str:
+        """What holds the job, as Slurm says it: the state when it is one of :data:`HELD_STATES`, else
+        the reason (e.g. ``JobHeldUser``)."""
+        return self.state if self.state in HELD_STATES else self.reason
+
+
+class HoldNotices:
+    """Tells, once per hold, that a job waits for a person: a held job is neither resubmitted nor
+    cancelled, and would otherwise be waited on in silence.
+
+    Args:
+        logger: gets the line, as a warning.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self._told: set[str] = set()
+
+    def look(self, what: str, job: str, state: JobState) -> None:
+        """Log that ``job`` (of ``what``, e.g. ``trial 3``) is held, unless it was told since the job
+        was last seen held; a job released and held again is told again."""
+        if not state.held:
+            self._told.discard(job)
+            return
+        if job in self._told:
+            return
+        self._told.add(job)
+        self.logger.warning(
+            "%s: job %s is held (%s): release it with 'scontrol release %s' or cancel it with 'scancel %s'",
+            what,
+            job,
+            state.hold,
+            job,
+            job,
+        )
 
 
 def _command(name: str) -> str:
@@ -240,15 +313,15 @@ def submit(script: Path, *extra: str) -> str:
     return result.stdout.strip().split(";")[0]
 
 
-def job_states(job_ids: Sequence[str]) -> dict[str, str]:
-    """The state of each job the controller still knows (``squeue -t all``), e.g. ``RUNNING``.
+def job_states(job_ids: Sequence[str]) -> dict[str, JobState]:
+    """The state of each job the controller still knows (``squeue -t all``), with its reason.
 
     A job missing from the answer has ended and been purged (``MinJobAge``). Empty when the
     controller did not answer.
     """
     try:
         result = subprocess.run(
-            [_command("squeue"), "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i %T"],
+            [_command("squeue"), "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i %T %r"],
             capture_output=True,
             text=True,
             timeout=_TIMEOUT,
@@ -257,9 +330,13 @@ def job_states(job_ids: Sequence[str]) -> dict[str, str]:
         return {}
     if result.returncode != 0:
         purged = "invalid job id" in result.stderr.lower()  # every job of the list is gone
-        return {job: "PURGED" for job in job_ids} if purged else {}
-    states = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) >= 2)
-    return {job: states.get(job, "PURGED") for job in job_ids}
+        return {job: JobState("PURGED") for job in job_ids} if purged else {}
+    states = {}
+    for line in result.stdout.splitlines():
+        fields = line.split(maxsplit=2)  # a reason may hold spaces: "job requeued in held state"
+        if len(fields) >= 2:
+            states[fields[0]] = JobState(fields[1], fields[2] if len(fields) == 3 else "")
+    return {job: states.get(job, JobState("PURGED")) for job in job_ids}
 
 
 def jobs_named(name: str) -> list[str]:
@@ -284,14 +361,20 @@ def jobs_named(name: str) -> list[str]:
     return sorted(result.stdout.split(), key=lambda job: (len(job), job))  # numeric order of plain ids
 
 
-def wait_for_jobs(job_ids: Sequence[str], poll_seconds: float = 5.0) -> dict[str, str]:
+def wait_for_jobs(jobs: Mapping[str, str], poll_seconds: float = 5.0) -> dict[str, str]:
     """Wait until every job has ended (:data:`ENDED_STATES`, or purged); each one's final state.
 
-    A requeued job is pending again, not ended: it is waited for through all its runs. A look at
-    the queue that gets no answer is made again at the next poll.
+    ``jobs``: job ids by what each job runs (e.g. ``cell seed-0``), as the lines about a job name
+    it; the final states come by the same keys. A requeued job is pending again, not ended: it
+    is waited for through all its runs. A held job is waited for too, and said once to be held
+    (:class:`HoldNotices`). A look at the queue that gets no answer is made again at the next poll.
     """
+    holds = HoldNotices(log)
     while True:
-        states = job_states(job_ids)
-        if states and all(state in ENDED_STATES or state == "PURGED" for state in states.values()):
-            return states
+        states = job_states(list(jobs.values()))
+        for what, job in jobs.items():
+            if job in states:
+                holds.look(what, job, states[job])
+        if states and all(state.ended for state in states.values()):
+            return {what: states[job].state for what, job in jobs.items()}
         time.sleep(poll_seconds)

@@ -141,6 +141,9 @@ class TrialJobs:
         max_retries: submissions again of a trial's job that ended otherwise than COMPLETED or
             CANCELLED (FAILED, NODE_FAIL, OUT_OF_MEMORY, TIMEOUT without requeue...), each resuming
             the session from its newest checkpoint, before the trial counts as failed.
+
+    Attributes:
+        holds: tells once that a trial's job is held (:class:`~digideep.slurm.cluster.HoldNotices`).
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class TrialJobs:
         self.submit = submit
         self.sessions = sessions
         self.max_retries = max_retries
+        self.holds = slurm.HoldNotices(log)
 
     def start(self, number: int, cpanel: dict[str, Any]) -> str:
         """Submit new trial ``number``'s job; its id.
@@ -204,7 +208,9 @@ class TrialJobs:
     def ended(self, in_flight: dict[int, str]) -> dict[int, str]:
         """Look at the jobs of ``in_flight`` once; the trials whose job ended, with its final state.
 
-        A requeued job is pending again, not ended. A job the controller has forgotten (``MinJobAge``
+        A requeued job is pending again, not ended. A held job (a person's ``scontrol hold`` or
+        ``requeuehold``) is not ended either: it is said once to be held (:attr:`holds`), and waited
+        on until a person releases or cancels it. A job the controller has forgotten (``MinJobAge``
         after it ended) counts ``COMPLETED`` when its trial was pruned or its session finished
         (``done.json``), else ``PURGED``. A job that ended otherwise than ``COMPLETED`` or
         ``CANCELLED`` is submitted again (its new id in ``in_flight``), up to ``max_retries`` times.
@@ -214,9 +220,11 @@ class TrialJobs:
             return {}
         ended: dict[int, str] = {}
         for number, job in list(in_flight.items()):
-            state = states.get(job, "PURGED")
-            if state != "PURGED" and state not in slurm.ENDED_STATES:
+            seen = states.get(job, slurm.JobState("PURGED"))
+            self.holds.look(f"trial {number}", job, seen)
+            if not seen.ended:
                 continue
+            state = seen.state
             trial = self.study.get_trials(deepcopy=False)[number]
             pruned = bool(trial.user_attrs.get(PRUNED_ATTR))
             if state == "PURGED" and (pruned or self._finished(number)):

@@ -9,8 +9,11 @@ parent run in.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -19,10 +22,11 @@ from digideep.benchmark import records
 from digideep.main import cli
 from digideep.report.records import Criteria, read_store
 from digideep.report.selection import select_records
+from digideep.slurm.cluster import wait_for_jobs
 from tests.conftest import REPO
 from tests.flows.test_benchmark import TINY
 from tests.helpers import usage_error_line
-from tests.slurm.test_requeue import DIGIDEEP, slurm
+from tests.slurm.test_requeue import DIGIDEEP, slurm, wait_for
 
 SEEDS = (0, 1, 2)
 
@@ -88,3 +92,23 @@ def test_bad_input_is_one_line_and_nothing_is_submitted(job_env, tmp_path):
     assert "bad-pendulum_sac-Pendulum-v1-s1' already exists" in refused()
     assert slurm(job_env, "squeue", "-h", "-o", "%i") == jobs_before
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["bad-pendulum_sac-Pendulum-v1-s1"]
+
+
+def test_waiting_on_a_held_job_says_so_once_and_goes_on_when_it_is_released(
+    slurm_cluster, tmp_path, caplog, monkeypatch
+):
+    env = slurm_cluster.env
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])  # wait_for_jobs asks the cluster as the command does
+    output = f"--output={tmp_path / 'job-%j.out'}"
+    job = slurm(env, "sbatch", "--parsable", "--hold", output, "--wrap", "true").strip()  # pending, held
+    ended: dict[str, str] = {}
+    waiting = threading.Thread(target=lambda: ended.update(wait_for_jobs({"cell a": job}, poll_seconds=0.1)))
+    with caplog.at_level(logging.WARNING, logger="digideep.slurm.cluster"):
+        waiting.start()
+        wait_for(lambda: "is held" in caplog.text, 30, "the wait did not say the job is held")
+        time.sleep(1)  # ten more looks at the held job
+        slurm(env, "scontrol", "release", job)
+        waiting.join(60)
+    assert not waiting.is_alive() and ended == {"cell a": "COMPLETED"}
+    held = f"cell a: job {job} is held (JobHeldUser): release it with 'scontrol release {job}' or cancel it"
+    assert [record.getMessage() for record in caplog.records].count(f"{held} with 'scancel {job}'") == 1

@@ -9,6 +9,8 @@ Slurm cluster.
   by its trial: completed when its session finished or the trial was pruned, else submitted again.
 - A job that Slurm requeued stays the trial's job: the driver waits through its requeue, and the
   trial finishes in the job's next run, resumed from its checkpoint.
+- A job put on hold (``scontrol requeuehold``) waits for a person: the driver says so once and waits;
+  released, the job runs again and the trial finishes.
 
 The trials are the Pendulum runs of ``tests/slurm/tune_params.py``, a checkpoint and a test every 50
 frames; a job killed or requeued after its first checkpoint trains 300 frames (:data:`SIX_EPOCHS`),
@@ -21,6 +23,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,3 +300,27 @@ def test_a_forgotten_job_of_a_pruned_trial_counts_completed(forgetful_cluster, t
     assert study.trials[1].user_attrs[RETRIES_ATTR] == 1
     assert study.trials[1].user_attrs[JOB_ATTR] == in_flight[1]
     slurm(env, "scancel", in_flight[1])
+
+
+def test_a_held_trial_job_is_said_once_to_be_held_and_runs_when_released(job_env, tmp_path):
+    root, session = tmp_path / "sessions", "held-trial-0"
+    command = tune_command(root, "held", SIX_EPOCHS, n_trials=1, concurrency=1)
+    with driving(command, job_env, tmp_path / "driver.log") as driver:
+        wait_while_driving(driver, lambda: newest(root, session) >= 1, "trial 0 wrote no checkpoint")
+        (job,) = jobs_named(job_env, session)
+        slurm(job_env, "scontrol", "requeuehold", job)  # stopped, then pending until a person releases it
+        held = f"trial 0: job {job} is held ("
+        wait_while_driving(
+            driver, lambda: held in driver[1].read_text(), "the driver did not say the job is held"
+        )
+        time.sleep(3)  # three more looks at the held job (--poll-seconds 1)
+        assert job_state(job_env, job) == "PENDING" and jobs_named(job_env, session) == [job]
+        slurm(job_env, "scontrol", "release", job)
+        output = finish(driver)
+
+    assert output.count(held) == 1, output[-3000:]
+    assert f"release it with 'scontrol release {job}' or cancel it with 'scancel {job}'" in output
+    trial = load_study(f"sqlite:///{tmp_path / 'optuna.db'}", "held").trials[0]
+    assert_completed_with_value(trial, epochs=6)
+    assert trial.user_attrs[JOB_ATTR] == job and RETRIES_ATTR not in trial.user_attrs
+    assert job_state(job_env, job) == "COMPLETED" and job_runs(root, session, job) == [0, 1]
