@@ -187,6 +187,7 @@ def test_the_local_stacks_watcher_crashes_a_run_whose_process_is_gone_so_that_re
     import datetime
 
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import Running, Scheduled
 
     from digideep_stack.local_stack import LocalStack
@@ -195,7 +196,8 @@ def test_the_local_stacks_watcher_crashes_a_run_whose_process_is_gone_so_that_re
     try:
         stack.up()
         assert stack.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
-        with get_client(sync_client=True, httpx_settings={"base_url": stack.api_url}) as client:
+        # the stack's server, named in the settings: with no API URL, get_client would start a server of its own
+        with temporary_settings({PREFECT_API_URL: stack.api_url}), get_client(sync_client=True) as client:
             deployment = client.read_deployment_by_name("train/pendulum-sac")
             later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
             run = client.create_flow_run_from_deployment(deployment.id, state=Scheduled(scheduled_time=later))
