@@ -93,7 +93,7 @@ from digideep.pipeline import runner as runner_module
 from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import resolve_params, write_params
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.storage.checkpoint import latest_checkpoint
 
 PARAMS = "params.mujoco_sac"

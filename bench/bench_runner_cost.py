@@ -58,7 +58,7 @@ from common import machine  # noqa: E402
 from digideep.pipeline.devices import DeviceChoice, set_torch_threads  # noqa: E402
 from digideep.pipeline.params import load_params_module  # noqa: E402
 from digideep.pipeline.runner import Runner  # noqa: E402
-from digideep.pipeline.session import Session  # noqa: E402
+from digideep.storage.session import Session  # noqa: E402
 
 
 def build_runner(root: Path, env_id: str, seed: int) -> Runner:

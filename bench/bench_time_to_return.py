@@ -42,7 +42,7 @@ from common import machine
 
 from digideep.pipeline.devices import DeviceChoice, set_torch_threads
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from params import mujoco_sac
 
 try:

@@ -70,7 +70,7 @@ def build_digideep(root: Path, seed: int, frames: int) -> tuple[Any, dict[str, A
     from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.params import resolve_params
     from digideep.pipeline.runner import Runner
-    from digideep.pipeline.session import Session
+    from digideep.storage.session import Session
 
     overrides = {"model_name": ENV, "seed": seed, "buffer_size": max(frames, 10_000), "torch_threads": 1}
     params = resolve_params("params.mujoco_sac", overrides=overrides).params
@@ -628,7 +628,7 @@ def truncation_probe(root: Path, seed: int) -> None:
     from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.params import resolve_params
     from digideep.pipeline.runner import Runner
-    from digideep.pipeline.session import Session
+    from digideep.storage.session import Session
 
     overrides = {"model_name": ENV, "seed": seed, "buffer_size": 1000, "n_steps": 20, "torch_threads": 1}
     params = resolve_params("params.mujoco_sac", overrides=overrides).params

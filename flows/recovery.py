@@ -34,7 +34,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import LogSort
 from prefect.states import Crashed
 
-from digideep.pipeline.upload_cache import working_folder
+from digideep.storage.upload_cache import working_folder
 from digideep.storage.location import Location
 
 TAIL_LINES = 50

@@ -29,7 +29,7 @@ from prefect.states import Cancelled, State
 
 from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, IterationGroup, Runner, StageCall
-from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.storage.session import DEFAULT_ROOT
 from digideep.pipeline.signals import (
     RunStoppedError,
     StoppedBeforeStartError,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.storage.session import DEFAULT_ROOT
 from digideep.storage.location import is_url
 
 __all__ = [

@@ -85,7 +85,7 @@ def add_slurm_parser(subparsers: Any) -> argparse.ArgumentParser:
 def command_slurm_submit(args: argparse.Namespace) -> int:
     """Check the run, the config and the cluster, then submit the run's job."""
     from digideep.pipeline.params import resolve_params
-    from digideep.pipeline.session import check_session_name, check_session_root, default_session_name
+    from digideep.storage.session import check_session_name, check_session_root, default_session_name
 
     config = job_config(args)
     resolved = resolve_params(args.params, args.cpanel, device=args.device)
@@ -110,7 +110,7 @@ def _check_new_session(location: Location, name: str, option: str = "--session-n
 
 def command_slurm_resume(args: argparse.Namespace) -> int:
     """Check the session, the config and the cluster, then submit a job that resumes the session."""
-    from digideep.pipeline.session import check_session_exists
+    from digideep.storage.session import check_session_exists
 
     config = job_config(args)
     root, name = split_session(args.session, args.session_path)
@@ -123,7 +123,7 @@ def command_slurm_benchmark(args: argparse.Namespace) -> int:
     """Check the matrix, the config and the cluster, open the benchmark's MLflow parent run, submit
     a job per cell; with ``--wait``, wait for the jobs and end the parent run."""
     from digideep.benchmark_cli import plan_of
-    from digideep.pipeline.session import check_session_name, check_session_root, default_session_name
+    from digideep.storage.session import check_session_name, check_session_root, default_session_name
     from digideep.slurm import benchmark as cells_as_jobs
     from digideep.tracking.naming import data_root_of
 

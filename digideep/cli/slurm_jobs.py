@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from digideep.pipeline.session import DEFAULT_ROOT
+from digideep.storage.session import DEFAULT_ROOT
 from digideep.slurm import cluster as slurm
 from digideep.slurm.config import SlurmConfig, load_config
 from digideep.slurm.job import TrainingJob, digideep_executable

@@ -16,7 +16,7 @@ from typing import Any
 from digideep.cli.options import json_object, new_run_options, split_session
 from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.pipeline.session import check_session_exists, check_session_name, check_session_root
+from digideep.storage.session import check_session_exists, check_session_name, check_session_root
 from digideep.pipeline.signals import RunStoppedError, exit_code, raise_if_stopped, stop_requested
 from digideep.storage.location import Location
 
@@ -137,7 +137,7 @@ def _dry_run(resolved: ResolvedParams, device: str | None, deterministic: bool) 
 
     from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.runner import Runner
-    from digideep.pipeline.session import Session
+    from digideep.storage.session import Session
 
     devices = DeviceChoice(device, deterministic)  # checked before the scratch session
     with (

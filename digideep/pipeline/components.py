@@ -17,7 +17,7 @@ from digideep.environment.make_environment import MakeEnvironment
 from digideep.errors import UsageError
 from digideep.memory import DurableMemory, TrajectoryMemory
 from digideep.pipeline.devices import DeviceChoice
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.utility.imports import import_object
 from digideep.utility.user_code import FIX
 

@@ -33,7 +33,7 @@ from digideep.pipeline.param_bounds import check_sizes, check_tree_sizes
 from digideep.storage.files import atomic_write_json
 
 if TYPE_CHECKING:  # the session is opened after the params are resolved, by the run
-    from digideep.pipeline.session import Session
+    from digideep.storage.session import Session
 
 __all__ = [
     "ResolvedParams",

@@ -23,7 +23,7 @@ from digideep.memory import DamagedMemoryError, Readback
 from digideep.pipeline import components
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.storage.checkpoint import (
     Checkpoint,
     DamagedCheckpointError,

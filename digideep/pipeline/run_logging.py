@@ -3,7 +3,7 @@
 The run (:func:`digideep.pipeline.training.open_run`) attaches a :class:`RunLog` once it holds the
 session and closes it when the run ends; the Session itself only keeps the folder and its lock. A
 URL session's ``log.txt`` lives in its local working folder and is uploaded by
-:class:`~digideep.pipeline.upload_cache.UploadCache`.
+:class:`~digideep.storage.upload_cache.UploadCache`.
 """
 
 from __future__ import annotations

@@ -42,9 +42,9 @@ from digideep.pipeline.reporting import Reporter, progress_line
 from digideep.pipeline.rng import seed_everything
 from digideep.pipeline.run_state import RunState
 from digideep.pipeline.runner_settings import RunnerSettings
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.pipeline.signals import StopOnSignals
-from digideep.pipeline.upload_cache import UploadCache
+from digideep.storage.upload_cache import UploadCache
 from digideep.storage.lease import LEASE_MARGIN
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.monitoring import Monitor
@@ -81,7 +81,7 @@ class Runner:
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
         journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
         uploads: what uploads a URL session's working files at each checkpoint (before its commit);
-            the session's own :class:`~digideep.pipeline.upload_cache.UploadCache` by default.
+            the session's own :class:`~digideep.storage.upload_cache.UploadCache` by default.
 
     Attributes:
         monitor: the run's own :class:`~digideep.utility.monitoring.Monitor`: episode statistics of

@@ -23,9 +23,9 @@ from digideep.pipeline.params import ResolvedParams, resolve_params, write_param
 from digideep.pipeline.resuming import resume
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
-from digideep.pipeline.session import DEFAULT_ROOT, Session
+from digideep.storage.session import DEFAULT_ROOT, Session
 from digideep.pipeline.signals import raise_if_stopped
-from digideep.pipeline.upload_cache import UploadCache
+from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
 from digideep.utility.user_code import IMPORT_PATHS, code_folders, use_code_folders

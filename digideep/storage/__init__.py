@@ -1,6 +1,6 @@
 """Storage: the one layer that touches files and object stores.
 
-Sessions, memories, checkpoints and the tracker reach a local folder or an object store (an fsspec
+Sessions (their folder is :mod:`~digideep.storage.session`), memories, checkpoints and the tracker reach a local folder or an object store (an fsspec
 URL such as ``s3://bucket/prefix``) through this package and nothing else. It sits below
 ``digideep.pipeline``, ``digideep.memory``, ``digideep.tracking`` and ``digideep.agents`` and
 imports none of them (``tests/storage/test_layering.py`` checks it).
@@ -23,6 +23,10 @@ Modules
     The codec of states: live values to what ``torch.load(weights_only=True)`` accepts, and back.
 :mod:`~digideep.storage.checkpoint`
     Two-file checkpoints: write, the commit record, discovery, retention, load.
+:mod:`~digideep.storage.session`
+    :class:`~digideep.storage.session.Session`: one run's folder (local or on object storage) and its
+    lock or lease; :mod:`~digideep.storage.upload_cache` keeps the files that grow line by line in a
+    local working folder and uploads them.
 :mod:`~digideep.storage.session_lock`
     The kernel lock of a local session folder, and the time to live of a URL session's lease.
 :mod:`~digideep.storage.lease`

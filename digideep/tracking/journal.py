@@ -23,7 +23,7 @@ final newline, or not JSON) is dropped when the journal is opened.
 **On object storage** (a session under ``s3://...``) an append-only file cannot be appended to in
 place, so the journal stays a local working copy (in the session's working folder) and the session
 uploads it whole with every checkpoint, after the checkpoint's ``time/checkpoint`` record and before
-its commit, and when it closes (:meth:`digideep.pipeline.session.Session.upload`). The copy in the
+its commit, and when it closes (:meth:`digideep.storage.session.Session.upload`). The copy in the
 bucket therefore always covers the newest committed checkpoint; a resume on another machine
 downloads it and rewinds it to the checkpoint like a local journal. ``metrics.sent.json`` stays
 local: a process that starts without it reads what the MLflow run holds before its first send (see

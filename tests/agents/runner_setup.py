@@ -8,7 +8,7 @@ from typing import Any
 
 from digideep.pipeline.devices import DeviceChoice, set_torch_threads
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 
 
 def path_of(cls: type) -> str:

@@ -19,7 +19,7 @@ from digideep.errors import UsageError
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from tests.agents.runner_setup import close, iterate, make_runner, shipped_params, small_params
 
 DICT_ENV = {

@@ -14,7 +14,7 @@ import torch
 from digideep.environment.explorer import Explorer
 from digideep.environment.make_environment import MakeEnvironment
 from digideep.environment.random_agent import RandomAgent
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 
 TEST_ENVS = "tests.environment.envs"
 

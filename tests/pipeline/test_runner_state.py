@@ -14,7 +14,7 @@ from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.reporting import Progress, progress_line
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
 from digideep.utility.monitoring import monitor

@@ -21,7 +21,7 @@ import pytest
 
 from digideep.errors import UsageError
 from digideep.pipeline.run_logging import RunLog
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.storage import checkpoint as ckpt
 from digideep.storage.location import Location
 from tests.agents.runner_setup import close, iterate, small_params

@@ -12,7 +12,7 @@ import pytest
 from digideep.errors import UsageError
 from digideep.pipeline.params import write_params
 from digideep.pipeline.run_logging import RunLog
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 
 
 def test_new_session_creates_its_layout_and_files(tmp_path):
@@ -51,7 +51,7 @@ def test_resume_of_a_missing_session_is_refused(tmp_path):
 def test_second_process_is_refused_while_the_first_holds_the_lock(tmp_path):
     with Session(root=tmp_path, name="s"):
         code = (
-            "import sys\nfrom digideep.pipeline.session import Session\nfrom digideep.errors import UsageError\n"
+            "import sys\nfrom digideep.storage.session import Session\nfrom digideep.errors import UsageError\n"
             f"try:\n    Session(root={str(tmp_path)!r}, name='s', resume=True)\n"
             "except UsageError as e:\n    print(e); sys.exit(2)\n"
         )
@@ -64,7 +64,7 @@ def test_second_process_is_refused_while_the_first_holds_the_lock(tmp_path):
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
-    code = f"from digideep.pipeline.session import Session\nSession(root={str(tmp_path)!r}, name='s')\nimport os\nos._exit(0)"
+    code = f"from digideep.storage.session import Session\nSession(root={str(tmp_path)!r}, name='s')\nimport os\nos._exit(0)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert (tmp_path / "s" / ".lock.json").exists()  # the dead process never cleaned up
     with Session(root=tmp_path, name="s", resume=True) as session:

@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.pipeline.signals import signal_reason
 from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint
 from tests.agents.runner_setup import shipped_params

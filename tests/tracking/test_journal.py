@@ -13,7 +13,7 @@ from mlflow.entities import Metric
 
 from digideep.main import cli
 from digideep.pipeline.params import write_params
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.pipeline.training import open_run
 from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker

@@ -26,7 +26,7 @@ from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 from digideep.storage.location import Location
 from digideep.tracking.model import build_policy
 from tests.pipeline.test_resume import run, train_command

@@ -26,7 +26,7 @@ another machine resumes from there alone: ``params.json``, ``cpanel.json``, ``se
 ``done.json`` are written there directly (one PUT each), checkpoints are committed there by their
 record (:mod:`digideep.storage.checkpoint`). Files that grow line by line are kept in a local
 working folder, ``data/cache/<name>-<hash of the URL>/``, and uploaded by the run
-(:mod:`digideep.pipeline.upload_cache`). Reopening a URL session to run it downloads the log and
+(:mod:`digideep.storage.upload_cache`). Reopening a URL session to run it downloads the log and
 the journal first, so the log goes on and the journal is rewound to the checkpoint as on disk. The
 store is probed before anything is written: a missing bucket, refused credentials or an
 unreachable endpoint fail in seconds with one line naming the URL.
@@ -36,7 +36,7 @@ folder's: :func:`digideep.pipeline.training.open_run` checks the device
 (:class:`~digideep.pipeline.devices.DeviceChoice`, handed to the Runner), writes the params
 (:func:`~digideep.pipeline.params.write_params`), attaches the
 :class:`~digideep.pipeline.run_logging.RunLog`, hands the
-:class:`~digideep.pipeline.upload_cache.UploadCache` to the Runner and sets the threads.
+:class:`~digideep.storage.upload_cache.UploadCache` to the Runner and sets the threads.
 
 On a URL the lock is a lease (:mod:`digideep.storage.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.pipeline.upload_cache import restore_working_files, working_folder
+from digideep.storage.upload_cache import restore_working_files, working_folder
 from digideep.storage.held_lease import exit_process
 from digideep.storage.lease import acquire_session_lease
 from digideep.storage.lease_store import LEASE_FILE
@@ -313,7 +313,7 @@ class Session:
     def close(self) -> None:
         """Release the lock (a URL session's lease). Safe to call twice.
 
-        The run uploads what a URL session keeps locally before (:mod:`digideep.pipeline.upload_cache`).
+        The run uploads what a URL session keeps locally before (:mod:`digideep.storage.upload_cache`).
         """
         if self.remote:
             self._release_lease()

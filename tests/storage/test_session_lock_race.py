@@ -14,7 +14,7 @@ import traceback
 import pytest
 
 from digideep.errors import UsageError
-from digideep.pipeline.session import Session
+from digideep.storage.session import Session
 
 STARTERS = 8
 TRIALS = 20
