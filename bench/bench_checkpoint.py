@@ -93,8 +93,8 @@ from digideep.pipeline import runner as runner_module
 from digideep.pipeline.devices import set_torch_threads
 from digideep.pipeline.params import resolve_params, write_params
 from digideep.pipeline.runner import Runner
-from digideep.storage.session import Session
 from digideep.storage.checkpoint import latest_checkpoint
+from digideep.storage.session import Session
 
 PARAMS = "params.mujoco_sac"
 # chunks of 1,000 frames (the shipped files act one frame per iteration): an iteration here is the

@@ -34,8 +34,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import LogSort
 from prefect.states import Crashed
 
-from digideep.storage.upload_cache import working_folder
 from digideep.storage.location import Location
+from digideep.storage.upload_cache import working_folder
 
 TAIL_LINES = 50
 """The most lines of the killed attempt's log sent to the retry's flow-run log."""

@@ -29,7 +29,6 @@ from prefect.states import Cancelled, State
 
 from digideep.errors import UsageError
 from digideep.pipeline.runner import ITERATION_STAGES, IterationGroup, Runner, StageCall
-from digideep.storage.session import DEFAULT_ROOT
 from digideep.pipeline.signals import (
     RunStoppedError,
     StoppedBeforeStartError,
@@ -39,6 +38,7 @@ from digideep.pipeline.signals import (
 )
 from digideep.pipeline.training import close_run, open_run, run_training
 from digideep.storage.location import Location
+from digideep.storage.session import DEFAULT_ROOT
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from flows.granularity import TaskGranularity
 from flows.recovery import recover_killed_attempt

@@ -123,8 +123,8 @@ def command_slurm_benchmark(args: argparse.Namespace) -> int:
     """Check the matrix, the config and the cluster, open the benchmark's MLflow parent run, submit
     a job per cell; with ``--wait``, wait for the jobs and end the parent run."""
     from digideep.benchmark_cli import plan_of
-    from digideep.storage.session import check_session_name, check_session_root, default_session_name
     from digideep.slurm import benchmark as cells_as_jobs
+    from digideep.storage.session import check_session_name, check_session_root, default_session_name
     from digideep.tracking.naming import data_root_of
 
     config = job_config(args)

@@ -8,11 +8,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from digideep.storage.session import DEFAULT_ROOT
 from digideep.slurm import cluster as slurm
 from digideep.slurm.config import SlurmConfig, load_config
 from digideep.slurm.job import TrainingJob, digideep_executable
 from digideep.storage.location import is_url
+from digideep.storage.session import DEFAULT_ROOT
 
 __all__ = [
     "absolute_root",

@@ -111,8 +111,8 @@ def command_slurm_tune(args: argparse.Namespace) -> int:
 
     from digideep.pipeline import study as studies
     from digideep.pipeline.params import load_params_module, parse_cpanel, resolve_params
-    from digideep.storage.session import check_session_root, default_session_name
     from digideep.slurm import tune as trials_as_jobs
+    from digideep.storage.session import check_session_root, default_session_name
     from digideep.tracking.naming import data_root_of, sqlite_path
     from digideep.tracking.trials import make_pruner, make_sampler
 

@@ -16,9 +16,9 @@ from typing import Any
 from digideep.cli.options import json_object, new_run_options, split_session
 from digideep.errors import UsageError
 from digideep.pipeline.params import ResolvedParams, resolve_params
-from digideep.storage.session import check_session_exists, check_session_name, check_session_root
 from digideep.pipeline.signals import RunStoppedError, exit_code, raise_if_stopped, stop_requested
 from digideep.storage.location import Location
+from digideep.storage.session import check_session_exists, check_session_name, check_session_root
 
 __all__ = ["command_resume", "command_train"]
 

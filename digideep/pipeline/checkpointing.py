@@ -18,11 +18,11 @@ from typing import Any
 from digideep.memory import DurableMemory
 from digideep.pipeline.counters import Counters
 from digideep.pipeline.run_state import RunState
-from digideep.storage.session import Session
-from digideep.storage.upload_cache import UploadCache
 from digideep.storage.checkpoint import apply_retention, find_checkpoints, write_checkpoint
 from digideep.storage.lease import LEASE_MARGIN
 from digideep.storage.location import Location
+from digideep.storage.session import Session
+from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE
 from digideep.utility.user_code import IMPORT_PATHS
 

@@ -17,9 +17,9 @@ from digideep.agents.update_modes import acting_only
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
-from digideep.storage.session import Session
 from digideep.storage.checkpoint import read_runner_info
 from digideep.storage.location import Location, location_of
+from digideep.storage.session import Session
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
 __all__ = ["play"]

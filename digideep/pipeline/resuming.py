@@ -23,7 +23,6 @@ from digideep.memory import DamagedMemoryError, Readback
 from digideep.pipeline import components
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.runner import Runner
-from digideep.storage.session import Session
 from digideep.storage.checkpoint import (
     Checkpoint,
     DamagedCheckpointError,
@@ -32,6 +31,7 @@ from digideep.storage.checkpoint import (
     load_checkpoint,
     read_runner_info,
 )
+from digideep.storage.session import Session
 from digideep.tracking.journal import JOURNAL_FILE, complete_size
 from digideep.tracking.tags import RESUMES_FIELD
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders

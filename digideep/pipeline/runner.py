@@ -42,10 +42,10 @@ from digideep.pipeline.reporting import Reporter, progress_line
 from digideep.pipeline.rng import seed_everything
 from digideep.pipeline.run_state import RunState
 from digideep.pipeline.runner_settings import RunnerSettings
-from digideep.storage.session import Session
 from digideep.pipeline.signals import StopOnSignals
-from digideep.storage.upload_cache import UploadCache
 from digideep.storage.lease import LEASE_MARGIN
+from digideep.storage.session import Session
+from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.monitoring import Monitor
 from digideep.utility.profiling import KeepTime

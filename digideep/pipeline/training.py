@@ -23,8 +23,8 @@ from digideep.pipeline.params import ResolvedParams, resolve_params, write_param
 from digideep.pipeline.resuming import resume
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
-from digideep.storage.session import DEFAULT_ROOT, Session
 from digideep.pipeline.signals import raise_if_stopped
+from digideep.storage.session import DEFAULT_ROOT, Session
 from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar

@@ -57,12 +57,12 @@ from pathlib import Path
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.storage.upload_cache import restore_working_files, working_folder
 from digideep.storage.held_lease import exit_process
 from digideep.storage.lease import acquire_session_lease
 from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
 from digideep.storage.session_lock import LOCK_FILES, FolderLock, lease_ttl
+from digideep.storage.upload_cache import restore_working_files, working_folder
 
 __all__ = [
     "Session",

@@ -14,8 +14,8 @@ from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.params import apply_cpanel
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.storage.session import Session
 from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
+from digideep.storage.session import Session
 from digideep.utility.monitoring import monitor
 from digideep.utility.profiling import profiler
 from docs.examples import cartpole_reinforce, inspect_chunk, pendulum_redq, samplers

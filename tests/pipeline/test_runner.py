@@ -276,8 +276,8 @@ def test_gpu_figures_reach_mlflow_on_a_real_run(tmp_path, mlflow_uri, monkeypatc
     from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.params import write_params
     from digideep.pipeline.runner import Runner
-    from digideep.storage.session import Session
     from digideep.pipeline.training import RunHandle, run_training
+    from digideep.storage.session import Session
     from digideep.tracking.tracker import open_tracker
     from tests.agents.runner_setup import shipped_params
 

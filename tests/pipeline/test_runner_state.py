@@ -14,9 +14,9 @@ from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.reporting import Progress, progress_line
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.storage.session import Session
 from digideep.pipeline.signals import StopOnSignals
 from digideep.storage.checkpoint import find_checkpoints, load_checkpoint
+from digideep.storage.session import Session
 from digideep.utility.monitoring import monitor
 from tests.agents.runner_setup import shipped_params
 

@@ -21,9 +21,9 @@ import pytest
 
 from digideep.errors import UsageError
 from digideep.pipeline.run_logging import RunLog
-from digideep.storage.session import Session
 from digideep.storage import checkpoint as ckpt
 from digideep.storage.location import Location
+from digideep.storage.session import Session
 from tests.agents.runner_setup import close, iterate, small_params
 from tests.conftest import REPO
 from tests.helpers import usage_error_line

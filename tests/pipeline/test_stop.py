@@ -25,9 +25,9 @@ from mlflow import MlflowClient
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
 from digideep.pipeline.runner import Runner
-from digideep.storage.session import Session
 from digideep.pipeline.signals import signal_reason
 from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint
+from digideep.storage.session import Session
 from tests.agents.runner_setup import shipped_params
 from tests.conftest import REPO
 from tests.pipeline.test_resume import SMALL_SAC, TIMING, metric_histories, run, train_command

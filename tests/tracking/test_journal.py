@@ -13,8 +13,8 @@ from mlflow.entities import Metric
 
 from digideep.main import cli
 from digideep.pipeline.params import write_params
-from digideep.storage.session import Session
 from digideep.pipeline.training import open_run
+from digideep.storage.session import Session
 from digideep.tracking.journal import MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.sender import JournalUploader

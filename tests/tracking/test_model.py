@@ -26,8 +26,8 @@ from digideep.cli.runs import main_runs
 from digideep.errors import UsageError
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.resuming import from_checkpoint
-from digideep.storage.session import Session
 from digideep.storage.location import Location
+from digideep.storage.session import Session
 from digideep.tracking.model import build_policy
 from tests.pipeline.test_resume import run, train_command
 

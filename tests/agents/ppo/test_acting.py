@@ -159,8 +159,8 @@ def test_resuming_from_a_checkpoint_is_bit_identical_to_an_uninterrupted_run(tmp
     from digideep.pipeline.devices import DeviceChoice
     from digideep.pipeline.resuming import from_checkpoint
     from digideep.pipeline.runner import Runner
-    from digideep.storage.session import Session
     from digideep.storage.checkpoint import find_checkpoints
+    from digideep.storage.session import Session
     from tests.agents.runner_setup import small_params
 
     params = small_params("digideep.agents.ppo.PPO", {"batch_size": 16, "n_epochs": 2}, "Pendulum-v1", 1, 32)
