@@ -222,7 +222,7 @@ class CeilingSAC:
     tau = 0.005  # Polyak coefficient of the target critics
     lr = 3e-4  # Adam learning rate of actor, critics and temperature
     target_entropy = -float(ACT_DIM)  # the SAC paper's heuristic
-    WARMUP = 3  # eager steps on a side stream before the capture (as digideep's UpdateFunction)
+    WARMUP = 3  # eager steps on a side stream before the capture (as digideep's CudaGraphUpdate)
 
     def __init__(self, device: torch.device, graphed: bool) -> None:
         self.device, self.graphed = device, graphed

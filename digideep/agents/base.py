@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from digideep.agents.update_modes import UpdateFunction, check_update_mode
+from digideep.agents.update_modes import check_update_mode, in_mode
 from digideep.agents.utils import ObservationAdapter, Observations
 
 __all__ = ["AgentBase", "AgentSession", "OnDevice", "PolicyBase"]
@@ -243,9 +243,11 @@ class AgentBase:
         raise NotImplementedError
 
     # -- how the update runs ------------------------------------------------------------------------
-    def update_function(self, fn: Callable[..., dict[str, torch.Tensor]], update_mode: str) -> UpdateFunction:
-        """``fn``, this agent's update written once, run in ``update_mode``
-        (:mod:`~digideep.agents.update_modes`). ``auto`` resolves through :meth:`auto_update_mode`; the
+    def update_function(
+        self, fn: Callable[..., dict[str, torch.Tensor]], update_mode: str
+    ) -> Callable[..., dict[str, torch.Tensor]]:
+        """``fn``, this agent's update written once, transformed to run in ``update_mode``
+        (:func:`~digideep.agents.update_modes.in_mode`: in ``eager``, ``fn`` itself). ``auto`` resolves through :meth:`auto_update_mode`; the
         mode that runs is kept in :attr:`update_mode` and its reason in ``update_mode_reason`` (the
         Runner logs both).
 
@@ -256,7 +258,7 @@ class AgentBase:
         mode, why = self.auto_update_mode() if update_mode == "auto" else (update_mode, "as the params ask")
         self.update_mode, self.update_mode_reason = mode, why
         log.debug("agent '%s': the update runs %s (%s)", self.name, mode, why)
-        return UpdateFunction(fn, mode, f"agent '{self.name}'")
+        return in_mode(fn, mode, f"agent '{self.name}'")
 
     def auto_update_mode(self) -> tuple[str, str]:
         """``(mode, why)``: the mode ``update_mode="auto"`` runs on this agent's device, and why.

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -37,7 +37,6 @@ import torch
 
 from digideep.agents.base import AgentBase, PolicyBase
 from digideep.agents.noise import NoiseBase
-from digideep.agents.update_modes import UpdateFunction
 from digideep.agents.utils import BoxScaler, MetricAccumulator, to_torch
 from digideep.errors import UsageError
 from digideep.memory import DeviceUniformTransitions, Sampler, UniformTransitions
@@ -116,7 +115,7 @@ class OffPolicyAgent(AgentBase):
 
     policy_frequency: int = 1
     policy: PolicyBase
-    _update: UpdateFunction
+    _update: Callable[..., dict[str, torch.Tensor]]
 
     def __init__(
         self,

@@ -2,15 +2,15 @@
 
 Every agent writes its update once, in ``agents/<method>/``, as a function of tensors: a minibatch
 in, metrics out as 0-d tensors, the losses, ``torch.autograd`` gradients, optimizer steps and target
-updates inside. :class:`UpdateFunction` runs that same function in one of these modes (the agents'
+updates inside. :func:`in_mode` transforms that same function for one of these modes (the agents'
 ``update_mode`` argument); none of them derives a gradient again:
 
-- ``eager``: plain PyTorch, bit-reproducible run to run and across a resume.
+- ``eager``: the function itself, plain PyTorch, bit-reproducible run to run and across a resume.
 - ``compile``: ``torch.compile(fn, dynamic=False)``: inductor fuses the forward and the backward into
   a few kernels (C++ on the CPU, Triton on CUDA). The first calls compile (inductor's on-disk cache
   shortens that in later runs). Reproducible run to run and across a resume in compile mode, but not
   bit-identical to eager.
-- ``cudagraphs``: CUDA only. The first :attr:`UpdateFunction.WARMUP` calls of each variant run
+- ``cudagraphs``: CUDA only (:class:`CudaGraphUpdate`). The first :attr:`CudaGraphUpdate.WARMUP` calls of each variant run
   eagerly on a side stream, the next one captures the whole step (forward, backward, optimizer,
   Polyak) into a ``torch.cuda.CUDAGraph`` and every later call copies its inputs into the graph's
   static tensors and replays it: one launch per gradient step. The optimizers must be capturable
@@ -36,7 +36,15 @@ from torch.utils import _pytree as pytree
 
 from digideep.errors import UsageError
 
-__all__ = ["UPDATE_MODES", "UpdateFunction", "acting_only", "check_update_mode", "compiler_missing"]
+__all__ = [
+    "RECOMPILE_LIMIT",
+    "UPDATE_MODES",
+    "CudaGraphUpdate",
+    "acting_only",
+    "check_update_mode",
+    "compiler_missing",
+    "in_mode",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,49 +89,55 @@ def compiler_missing() -> bool:
     return not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++") if c)
 
 
-class UpdateFunction:
-    """An agent's update function, run in one mode (the module docstring says what each does).
+RECOMPILE_LIMIT = 512
+"""Dynamo's ``recompile_limit`` once a ``compile`` update exists (its default is 8). Each agent's
+compiled update is one more cache entry of the same code, because dynamo guards on the identity of
+the optimizer that the update passes to :func:`~digideep.agents.utils.adam_step` (one to three
+entries per agent: SAC's ``minimize`` frames add theirs). Past the limit dynamo silently runs that
+code uncompiled for the rest of the process; this limit keeps every agent of a process compiled."""
+
+
+def in_mode(fn: Callable[..., Metrics], mode: str, name: str) -> Callable[..., Metrics]:
+    """``fn`` transformed to run in ``mode``: ``fn`` itself (``eager``), ``torch.compile(fn)``
+    (``compile``), or a :class:`CudaGraphUpdate` of it (``cudagraphs``).
 
     Args:
         fn: the update: tensors or tuples of tensors (a ``NamedTuple`` batch) in, and as keywords Python
             values selecting a variant; ``{name: 0-d tensor}`` out.
         mode: ``eager``, ``compile`` or ``cudagraphs`` (resolve ``auto`` first).
-        name: for log lines, e.g. ``"agent 'agent' SAC step"``.
+        name: for log lines, e.g. ``"agent 'agent'"``.
+    """
+    if mode == "eager":
+        return fn
+    if mode == "compile":
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+        return torch.compile(fn, dynamic=False)
+    if mode == "cudagraphs":
+        return CudaGraphUpdate(fn, name)
+    raise ValueError(f"an update runs eager, compile or cudagraphs, not {mode!r}")
+
+
+class CudaGraphUpdate:
+    """An agent's update replayed as CUDA graphs: one graph per variant and input shapes, each
+    captured after :attr:`WARMUP` eager calls.
+
+    Args:
+        fn: the update, as for :func:`in_mode`.
+        name: for log lines and errors, e.g. ``"agent 'agent'"``.
     """
 
     WARMUP = 3
-    """Eager calls of a variant before ``cudagraphs`` captures it (allocator and optimizer state settle)."""
+    """Eager calls of a variant before it is captured (allocator and optimizer state settle)."""
 
-    RECOMPILE_LIMIT = 512
-    """Dynamo's ``recompile_limit`` once a ``compile`` update exists (its default is 8). Each agent's
-    compiled update is one more cache entry of the same code, because dynamo guards on the identity of
-    the optimizer that the update passes to :func:`~digideep.agents.utils.adam_step` (one to three
-    entries per agent: SAC's ``minimize`` frames add theirs). Past the limit dynamo silently runs that
-    code uncompiled for the rest of the process; this limit keeps every agent of a process compiled."""
-
-    def __init__(self, fn: Callable[..., Metrics], mode: str, name: str) -> None:
-        if mode not in ("eager", "compile", "cudagraphs"):
-            raise ValueError(f"UpdateFunction runs eager, compile or cudagraphs, not {mode!r}")
-        self.fn, self.mode, self.name = fn, mode, name
-        self._compiled = None
-        if mode == "compile":
-            config = torch._dynamo.config
-            config.recompile_limit = max(config.recompile_limit, self.RECOMPILE_LIMIT)
-            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, self.RECOMPILE_LIMIT)
-            self._compiled = torch.compile(fn, dynamic=False)
+    def __init__(self, fn: Callable[..., Metrics], name: str) -> None:
+        self.fn, self.name = fn, name
         self._graphs: dict[Any, _Graph] = {}
         self._calls: dict[Any, int] = {}
 
     def __call__(self, *args: Any, **variant: Any) -> Metrics:
         """One update on ``args``; returns metric tensors that the next call does not overwrite."""
-        if self.mode == "eager":
-            return self.fn(*args, **variant)
-        if self.mode == "compile":
-            assert self._compiled is not None
-            return self._compiled(*args, **variant)
-        return self._replay(args, variant)
-
-    def _replay(self, args: tuple[Any, ...], variant: dict[str, Any]) -> Metrics:
         leaves, spec = pytree.tree_flatten(args)
         key = (tuple(sorted(variant.items())), str(spec), tuple((t.shape, t.dtype) for t in leaves))
         graph = self._graphs.get(key)

@@ -222,7 +222,7 @@ def adam_step(optimizer: torch.optim.Optimizer, grads: Sequence[torch.Tensor]) -
     kernel out of compiled graphs anyway, and tracing the Python around it would guard on the
     optimizer's state and parameter objects. The optimizer passed in is still guarded by identity,
     so each new agent in a process adds one cache entry to the compiled update;
-    :attr:`~digideep.agents.update_modes.UpdateFunction.RECOMPILE_LIMIT` keeps dynamo from falling
+    :data:`~digideep.agents.update_modes.RECOMPILE_LIMIT` keeps dynamo from falling
     back to eager after its default 8. A CUDA graph captures the step like any other kernel.
 
     For an initialized ``torch.optim.Adam`` (fused or foreach, no AMSGrad) this calls the documented

@@ -8,7 +8,7 @@ import torch
 from digideep.agents import update_modes
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
-from digideep.agents.update_modes import UpdateFunction, acting_only
+from digideep.agents.update_modes import CudaGraphUpdate, acting_only
 from digideep.errors import UsageError
 from tests.agents.test_losses_train_as_written import ACTIONS, OBSERVATIONS, SESSION, agent, minibatch
 
@@ -56,8 +56,8 @@ def test_an_update_that_cannot_be_captured_is_refused_in_one_line_naming_the_cau
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore lines")
 
     monkeypatch.setattr(update_modes, "_Graph", capture_fails)
-    monkeypatch.setattr(UpdateFunction, "WARMUP", 0)  # the eager warm-up needs a CUDA stream
-    update = UpdateFunction(lambda x: {"loss": x.sum()}, "cudagraphs", "agent 'agent'")
+    monkeypatch.setattr(CudaGraphUpdate, "WARMUP", 0)  # the eager warm-up needs a CUDA stream
+    update = CudaGraphUpdate(lambda x: {"loss": x.sum()}, "agent 'agent'")
     with pytest.raises(UsageError) as error:
         update(torch.ones(2))
     message = str(error.value)
