@@ -15,28 +15,23 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from digideep.errors import UsageError
 from digideep.memory import DamagedMemoryError, Readback
 from digideep.pipeline import components
 from digideep.pipeline.devices import DeviceChoice
 from digideep.pipeline.runner import Runner
-from digideep.storage.checkpoint import (
-    Checkpoint,
-    DamagedCheckpointError,
-    committed_checkpoints,
-    find_checkpoints,
-    load_checkpoint,
-    read_runner_info,
-)
+from digideep.storage.checkpoint import Checkpoint, find_checkpoints, load_checkpoint
+from digideep.storage.saved_run import CheckpointRead, SavedRun
 from digideep.storage.session import Session
 from digideep.tracking.journal import JOURNAL_FILE, complete_size
 from digideep.tracking.tags import RESUMES_FIELD
 from digideep.utility.user_code import IMPORT_PATHS, use_code_folders
 
-__all__ = ["from_checkpoint", "resume", "resume_checkpoint"]
+__all__ = ["Resumed", "from_checkpoint", "resume", "resume_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +84,14 @@ def _build(
     """
     use_code_folders(info[IMPORT_PATHS], params or info["params"], f"session '{session.url}'")
     components.check_classes(info, path)
-    runner = Runner(session, params or info["params"], devices=devices, tracker=tracker, modes=modes)
+    runner = Runner(
+        session,
+        params or info["params"],
+        devices=devices,
+        tracker=tracker,
+        modes=modes,
+        uploads=session.uploads,
+    )
     try:
         if "train" in modes:
             prepared = runner.state.prepare_memories(states)  # reads only: a refusal changes nothing
@@ -104,19 +106,38 @@ def _build(
     return runner
 
 
-def resume(session: Session, devices: DeviceChoice | None = None) -> tuple[Runner, Checkpoint] | None:
+@dataclass(frozen=True)
+class Resumed:
+    """A run rebuilt by :func:`resume`: its Runner, the checkpoint it resumed from, and the session's
+    ``session.json`` with this resume counted."""
+
+    runner: Runner
+    checkpoint: CheckpointRead
+    info: dict[str, Any]
+
+
+class _Skipped(NamedTuple):
+    """A checkpoint a resume passed over, and why."""
+
+    iteration: int
+    frames: int | None
+    reason: str
+
+
+def resume(session: Session, saved: SavedRun, devices: DeviceChoice | None = None) -> Resumed | None:
     """Rebuild the Runner of ``session`` from its newest checkpoint that resumes exactly.
 
-    Checkpoints are tried newest first (:func:`committed_checkpoints`). One is passed over when
-    a file of it is missing or differs from its commit record, or when the metrics journal was
-    cut short of the records it covers; the first good one is used, with one warning naming what
-    was damaged and the iterations and frames trained again. A checkpoint resumes exactly only if
-    every memory comes back as it saved it: a memory's log keeps the rows of the checkpoints
-    retention keeps, so an older one whose rows it let go is refused, and so is every checkpoint
-    when a memory chunk fails its checksum or a chunk file is missing (they all read the same
-    memory).
+    Checkpoints are tried newest first (:meth:`Session.checkpoints_to_resume
+    <digideep.storage.session.Session.checkpoints_to_resume>`). One is passed over when a file of it is
+    missing or differs from its commit record, or when the metrics journal was cut short of the records
+    it covers; the first good one is used, with one warning naming what was damaged and the iterations
+    and frames trained again. A checkpoint resumes exactly only if every memory comes back as it saved
+    it: a memory's log keeps the rows of the checkpoints retention keeps, so an older one whose rows it
+    let go is refused, and so is every checkpoint when a memory chunk fails its checksum or a chunk file
+    is missing (they all read the same memory).
 
-    A resume that goes on is counted: ``resumes`` in ``session.json`` grows by one.
+    A resume that goes on is counted: ``resumes`` in ``session.json`` grows by one (one write, from
+    ``saved.info``).
 
     Every check reads only: the journal's length, the checkpoint's files, every memory (its chunk
     files listed, every chunk read into the next RAM ring and checked, see
@@ -126,42 +147,44 @@ def resume(session: Session, devices: DeviceChoice | None = None) -> tuple[Runne
 
     Args:
         session: the session to resume, held by this process.
+        saved: what the session holds of its run (:meth:`Session.saved_run
+            <digideep.storage.session.Session.saved_run>`).
         devices: where the agents train (``--device``, ``--deterministic``); auto by default.
 
     Returns:
-        The Runner and its checkpoint, or None if the session has no committed checkpoint.
+        The Runner, its checkpoint and the updated ``session.json``, or None if the session has no
+        committed checkpoint.
 
     Raises:
         UsageError: no checkpoint resumes exactly: one line naming what is damaged and what to do.
     """
-    skipped: list[tuple[Checkpoint, str]] = []
+    skipped: list[_Skipped] = []
     journal = session.path / JOURNAL_FILE
     journal_size = complete_size(journal)  # reads only: a torn tail is cut once the resume goes on
-    for checkpoint in committed_checkpoints(session.checkpoints_location):
-        try:
-            info, states = load_checkpoint(checkpoint.path)
-        except DamagedCheckpointError as error:
-            skipped.append((checkpoint, str(error)))
+    for checkpoint in session.checkpoints_to_resume():
+        if checkpoint.damage:
+            skipped.append(_Skipped(checkpoint.iteration, checkpoint.frames, checkpoint.damage))
             continue
+        info, states = checkpoint.runner_info, checkpoint.states
         short = _journal_short_of(journal, journal_size, states["journal"].get("offset", 0))
         if short:
-            skipped.append((checkpoint, short))
+            skipped.append(_Skipped(checkpoint.iteration, checkpoint.frames, short))
             continue
-        accept = functools.partial(_refuse_unless_whole, session, list(skipped), checkpoint)
+        accept = functools.partial(_refuse_unless_whole, session, saved, list(skipped), checkpoint.iteration)
         try:  # every memory is checked before anything is restored, the journal rewound last
             runner = _build(session, checkpoint.path, info, states, devices=devices, accept=accept)
         except DamagedMemoryError as error:
-            raise UsageError(f"{error}; {_every_checkpoint_reads_it(session)}") from None
+            raise UsageError(f"{error}; {_every_checkpoint_reads_it(session, saved)}") from None
         if skipped:
-            log.warning("%s", _fallback_line(skipped, checkpoint, info))
+            log.warning("%s", _fallback_line(skipped, checkpoint))
         try:
-            session.update_info(**{RESUMES_FIELD: int(session.info().get(RESUMES_FIELD, 0)) + 1})
+            updated = session.update_info(**{RESUMES_FIELD: int(saved.info.get(RESUMES_FIELD, 0)) + 1})
         except BaseException:
             runner.close()
             raise
-        return runner, checkpoint
+        return Resumed(runner, checkpoint, updated)
     if skipped:
-        raise UsageError(_nothing_left(session, skipped))
+        raise UsageError(_nothing_left(session, saved, skipped))
     return None
 
 
@@ -173,26 +196,28 @@ def _journal_short_of(journal: Path, size: int, offset: int) -> str:
     return f"the metrics journal {journal} holds {size} bytes, short of the {offset} this checkpoint covers (it was cut)"
 
 
-def _every_checkpoint_reads_it(session: Session) -> str:
+def _every_checkpoint_reads_it(session: Session, saved: SavedRun) -> str:
     """What to do when the memory itself is damaged."""
     return (
         f"every checkpoint of session '{session.url}' resumes from this memory, so none resumes exactly; "
-        f"{_start_anew(session)}"
+        f"{_start_anew(saved)}"
     )
 
 
-def _start_anew(session: Session) -> str:
-    module = session.info().get("params_module") or "<your params>"
+def _start_anew(saved: SavedRun) -> str:
+    module = saved.info.get("params_module") or "<your params>"
     return f"start a new session (digideep train --params {module}) and keep this one to inspect"
 
 
 def _refuse_unless_whole(
     session: Session,
-    skipped: list[tuple[Checkpoint, str]],
-    checkpoint: Checkpoint,
+    saved: SavedRun,
+    skipped: list[_Skipped],
+    iteration: int,
     prepared: dict[str, Readback],
 ) -> None:
-    """Refuse ``checkpoint`` (and so every older one) when a memory would not come back whole.
+    """Refuse the checkpoint of ``iteration`` (and so every older one) when a memory would not come
+    back whole.
 
     Raises:
         UsageError: one line naming what each memory lacks and what to do.
@@ -204,15 +229,14 @@ def _refuse_unless_whole(
         if not restore.whole
     )
     if moved:
-        raise UsageError(_nothing_left(session, skipped, checkpoint, moved))
+        raise UsageError(_nothing_left(session, saved, skipped, iteration, moved))
 
 
-def _fallback_line(skipped: list[tuple[Checkpoint, str]], used: Checkpoint, info: dict[str, Any]) -> str:
+def _fallback_line(skipped: list[_Skipped], used: CheckpointRead) -> str:
     """One line: what was damaged, which checkpoint is used, and what is trained again."""
-    newest = skipped[0][0]
-    frames = _frames_of(newest)
-    lost = "" if frames is None else f", {frames - info['counters']['frames']} frames"
-    damaged = "; ".join(f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped)
+    newest = skipped[0]
+    lost = "" if newest.frames is None or used.frames is None else f", {newest.frames - used.frames} frames"
+    damaged = "; ".join(f"checkpoint-{s.iteration}: {s.reason}" for s in skipped)
     return (
         f"passing over damaged checkpoints ({damaged}); resuming from checkpoint-{used.iteration}: "
         f"iterations {used.iteration + 1} to {newest.iteration} ({newest.iteration - used.iteration}{lost}) are "
@@ -220,30 +244,24 @@ def _fallback_line(skipped: list[tuple[Checkpoint, str]], used: Checkpoint, info
     )
 
 
-def _frames_of(checkpoint: Checkpoint) -> int | None:
-    """The frames counter of a checkpoint's runner.json, if it can still be read."""
-    try:
-        return int(read_runner_info(checkpoint.path)["counters"]["frames"])
-    except (UsageError, KeyError, TypeError, ValueError):
-        return None
-
-
 def _nothing_left(
     session: Session,
-    skipped: list[tuple[Checkpoint, str]],
-    older: Checkpoint | None = None,
+    saved: SavedRun,
+    skipped: list[_Skipped],
+    older: int | None = None,
     moved: str = "",
 ) -> str:
-    """One line: no checkpoint of ``session`` resumes exactly, why, and what to do."""
-    reasons = [f"checkpoint-{c.iteration}: {reason}" for c, reason in skipped]
+    """One line: no checkpoint of ``session`` resumes exactly, why, and what to do (``older``: the
+    iteration of the newest checkpoint refused with every older one, for the reason ``moved``)."""
+    reasons = [f"checkpoint-{s.iteration}: {s.reason}" for s in skipped]
     if older is not None:
         reasons.append(
-            f"checkpoint-{older.iteration} and older: {moved} (a memory keeps the rows of the checkpoints "
+            f"checkpoint-{older} and older: {moved} (a memory keeps the rows of the checkpoints "
             "retention keeps)"
         )
     return (
         f"session '{session.url}' has no complete checkpoint to resume from ({'; '.join(reasons)}); "
-        f"{_start_anew(session)}"
+        f"{_start_anew(saved)}"
     )
 
 

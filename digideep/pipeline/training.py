@@ -25,7 +25,6 @@ from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
 from digideep.pipeline.signals import raise_if_stopped
 from digideep.storage.session import DEFAULT_ROOT, Session
-from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
 from digideep.utility.user_code import IMPORT_PATHS, code_folders, use_code_folders
@@ -125,12 +124,16 @@ def open_run(
         folders = code_folders(resolved.params, resolved.module, resolved.file)
         write_params(session, resolved.module, resolved.cpanel, resolved.params, import_paths=folders)
         if description is not None:
-            session.update_info(description=description)
+            info = session.update_info(description=description)
             tags = {**(tags or {}), NOTE_TAG: description}
+        else:
+            info = session.info()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         # built before the MLflow run starts: a start that fails leaves neither a run nor a session
-        runner = Runner(session, resolved.params, devices=devices, journal=journal, uploads=_uploads(session))
-        runner.tracker = tracker = _open_tracker(session, resolved.params, resolved.cpanel, tags, journal)
+        runner = Runner(session, resolved.params, devices=devices, journal=journal, uploads=session.uploads)
+        runner.tracker = tracker = _open_tracker(
+            session, info, resolved.params, resolved.cpanel, tags, journal
+        )
     except BaseException:
         if runner is not None:
             runner.close()
@@ -165,15 +168,10 @@ def held_session(root: str | Path, name: str) -> Iterator[Session]:
         _end_session(session, run_log)
 
 
-def _uploads(session: Session) -> UploadCache:
-    """What uploads the working files of ``session`` (nothing to do for a local one)."""
-    return UploadCache(session.location, session.path)
-
-
 def _end_session(session: Session, run_log: RunLog | None) -> None:
     """Upload what a URL session keeps locally, detach the log file, release the lock."""
     try:
-        _uploads(session).close()
+        session.uploads.close()
     finally:
         if run_log is not None:
             run_log.close()
@@ -183,41 +181,42 @@ def _end_session(session: Session, run_log: RunLog | None) -> None:
 def _reopen(
     session: Session, devices: DeviceChoice, run_log: RunLog, tags: dict[str, str] | None
 ) -> RunHandle | None:
-    params = session.read_json("params.json")
-    cpanel = session.read_json("cpanel.json")
-    if session.is_done:
+    saved = session.saved_run()
+    if saved.done:
         log.info("session %s already finished training (see done.json); nothing to resume", session.url)
-        settings = params.get("tracking", {})
+        settings = saved.params.get("tracking", {})
         if settings.get("enabled", True):
             from digideep.tracking.tracker import sync_session
 
             options = {"record": session.update_info, "checkpoints": session.checkpoints_location}
             options |= settings.get("args", {})
-            log.info("%s", sync_session(session.path, session.info(), params, cpanel, done=True, **options))
+            log.info(
+                "%s", sync_session(session.path, saved.info, saved.params, saved.cpanel, done=True, **options)
+            )
         _end_session(session, run_log)
         return None
-    set_torch_threads(params.get("session", {}).get("torch_threads"))
+    set_torch_threads(saved.params.get("session", {}).get("torch_threads"))
     # the newest checkpoint that resumes exactly (damaged ones passed over with a line), before
     # tracking starts; its memory is restored and checked, the journal rewound to it
-    resumed = resume(session, devices)  # none whole: refused in one line, not started over
+    resumed = resume(session, saved, devices)  # none whole: refused in one line, not started over
     if resumed is None:  # (a first save cut short leaves a marked folder: the next save removes it)
         log.info("session %s has no checkpoint yet: starting its training from the beginning", session.url)
-        use_code_folders(session.info().get(IMPORT_PATHS), params, f"session '{session.url}'")
-        memories = session.location / "memory"  # flushed by no checkpoint: stale, on disk or in a bucket
-        memories.delete()
-        memories.mkdir()
+        use_code_folders(saved.info.get(IMPORT_PATHS), saved.params, f"session '{session.url}'")
+        session.clear_memories()  # flushed by no checkpoint: stale, on disk or in a bucket
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
-        runner = Runner(session, params, devices=devices, journal=journal, uploads=_uploads(session))
-        return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), None, run_log)
-    runner, found = resumed
-    log.info("resuming session %s from %s", session.url, found.path)
-    return RunHandle(session, runner, _track(runner, session, params, cpanel, tags), found.path, run_log)
+        runner = Runner(session, saved.params, devices=devices, journal=journal, uploads=session.uploads)
+        tracker = _track(runner, session, saved.info, saved.params, saved.cpanel, tags)
+        return RunHandle(session, runner, tracker, None, run_log)
+    log.info("resuming session %s from %s", session.url, resumed.checkpoint.path)
+    tracker = _track(resumed.runner, session, resumed.info, saved.params, saved.cpanel, tags)
+    return RunHandle(session, resumed.runner, tracker, resumed.checkpoint.path, run_log)
 
 
 def _track(
     runner: Runner,
     session: Session,
+    info: dict[str, Any],
     params: dict[str, Any],
     cpanel: dict[str, Any],
     tags: dict[str, str] | None,
@@ -226,7 +225,7 @@ def _track(
     the params left to the machine, as it was decided (each agent's resolved update mode). A tracker
     that cannot start closes the Runner (its environments) before the error goes on."""
     try:
-        runner.tracker = tracker = _open_tracker(session, params, cpanel, tags, runner.journal)
+        runner.tracker = tracker = _open_tracker(session, info, params, cpanel, tags, runner.journal)
     except BaseException:
         runner.close()
         raise
@@ -237,12 +236,14 @@ def _track(
 
 def _open_tracker(
     session: Session,
+    info: dict[str, Any],
     params: dict[str, Any],
     cpanel: dict[str, Any],
     tags: dict[str, str] | None,
     journal: MetricsJournal | None,
 ) -> Any:
-    """The MLflow tracker of the run, sending from ``journal`` (None when tracking is off in params).
+    """The MLflow tracker of the run, sending from ``journal`` (None when tracking is off in params);
+    ``info`` is what the session's ``session.json`` holds now.
 
     With tracking off the journal is written all the same; ``digideep runs sync`` sends it later.
     """
@@ -253,7 +254,7 @@ def _open_tracker(
 
     return open_tracker(
         session.path,
-        session.info(),
+        info,
         params,
         cpanel,
         tags=tags or {},

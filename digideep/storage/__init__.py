@@ -26,7 +26,8 @@ Modules
 :mod:`~digideep.storage.session`
     :class:`~digideep.storage.session.Session`: one run's folder (local or on object storage) and its
     lock or lease; :mod:`~digideep.storage.upload_cache` keeps the files that grow line by line in a
-    local working folder and uploads them.
+    local working folder and uploads them; :mod:`~digideep.storage.saved_run` is what reopening a
+    run reads of it (its JSON files, then its checkpoints newest first, each read and checked).
 :mod:`~digideep.storage.session_lock`
     The kernel lock of a local session folder, and the time to live of a URL session's lease.
 :mod:`~digideep.storage.lease`

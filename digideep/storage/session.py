@@ -31,12 +31,15 @@ the journal first, so the log goes on and the journal is rewound to the checkpoi
 store is probed before anything is written: a missing bucket, refused credentials or an
 unreachable endpoint fail in seconds with one line naming the URL.
 
-The device, the params files, the log file, the uploads and torch's threads are the run's, not the
-folder's: :func:`digideep.pipeline.training.open_run` checks the device
+The session carries its :class:`~digideep.storage.upload_cache.UploadCache` (``uploads``), which
+:func:`digideep.pipeline.training.open_run` hands to the Runner. Reopening a run reads what it needs in
+two calls: :meth:`Session.saved_run` (the JSON files and whether training finished) and
+:meth:`Session.checkpoints_to_resume` (the committed checkpoints, newest first, each read and checked;
+:mod:`digideep.storage.saved_run`). The device, the params files, the log file and torch's threads are
+the run's, not the folder's: ``open_run`` checks the device
 (:class:`~digideep.pipeline.devices.DeviceChoice`, handed to the Runner), writes the params
 (:func:`~digideep.pipeline.params.write_params`), attaches the
-:class:`~digideep.pipeline.run_logging.RunLog`, hands the
-:class:`~digideep.storage.upload_cache.UploadCache` to the Runner and sets the threads.
+:class:`~digideep.pipeline.run_logging.RunLog` and sets the threads.
 
 On a URL the lock is a lease (:mod:`digideep.storage.lease`, a record created with a conditional
 write and renewed by a heartbeat), since no kernel lock spans machines. It lives 120 s without
@@ -53,6 +56,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +65,9 @@ from digideep.storage.held_lease import exit_process
 from digideep.storage.lease import acquire_session_lease
 from digideep.storage.lease_store import LEASE_FILE
 from digideep.storage.location import Location
+from digideep.storage.saved_run import CheckpointRead, SavedRun, checkpoints_newest_first
 from digideep.storage.session_lock import LOCK_FILES, FolderLock, lease_ttl
-from digideep.storage.upload_cache import restore_working_files, working_folder
+from digideep.storage.upload_cache import UploadCache, restore_working_files, working_folder
 
 __all__ = [
     "Session",
@@ -173,6 +178,7 @@ class Session:
         self.path = (
             self.location.local if self.location.local is not None else working_folder(self.url, self.name)
         )
+        self.uploads = UploadCache(self.location, self.path)
         if resume:
             check_session_exists(root, self.name)
         elif self.location.is_dir() if self.remote else self.path.exists():
@@ -267,9 +273,34 @@ class Session:
         except FileNotFoundError:
             return {}
 
-    def update_info(self, **fields: Any) -> None:
-        """Merge ``fields`` into ``session.json`` (e.g. the MLflow run id, the Prefect flow-run id)."""
-        (self.location / "session.json").write_json({**self.info(), **fields})
+    def update_info(self, **fields: Any) -> dict[str, Any]:
+        """Merge ``fields`` into ``session.json`` (e.g. the MLflow run id, the Prefect flow-run id);
+        return what it holds now."""
+        info = {**self.info(), **fields}
+        (self.location / "session.json").write_json(info)
+        return info
+
+    def saved_run(self) -> SavedRun:
+        """What reopening the run needs, read at once: params, cpanel, ``session.json``, finished or not.
+
+        Raises:
+            UsageError: ``params.json`` or ``cpanel.json`` is missing or not valid JSON (one line).
+        """
+        params = self.read_json("params.json")
+        cpanel = self.read_json("cpanel.json")
+        return SavedRun(params, cpanel, self.info(), self.is_done)
+
+    def checkpoints_to_resume(self) -> Iterator[CheckpointRead]:
+        """The committed checkpoints, newest first, each read and checked when asked for
+        (:func:`~digideep.storage.saved_run.checkpoints_newest_first`)."""
+        return checkpoints_newest_first(self.checkpoints_location)
+
+    def clear_memories(self) -> None:
+        """Delete the durable copies of the replay memories (``memory/``), leaving the folder empty:
+        a run that starts over from no checkpoint writes them again."""
+        memories = self.location / "memory"
+        memories.delete()
+        memories.mkdir()
 
     @property
     def is_done(self) -> bool:

@@ -119,3 +119,38 @@ def test_discard_deletes_a_new_session_and_the_empty_folders_made_for_it(tmp_pat
     session.discard()
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["keep.txt"]
     Session(root=tmp_path / "data" / "sessions" / "more", name="s").close()  # the name is free again
+
+
+def test_saved_run_reads_what_reopening_needs_at_once(tmp_path):
+    with Session(root=tmp_path, name="s", params_name="params.demo") as session:
+        write_params(session, "params.demo", {"seed": 1}, {"runner": {"seed": 1}})
+        assert session.update_info(resumes=2)["resumes"] == 2
+    with Session(root=tmp_path, name="s", resume=True) as session:
+        saved = session.saved_run()
+        assert (saved.params, saved.cpanel, saved.done) == ({"runner": {"seed": 1}}, {"seed": 1}, False)
+        assert saved.info["params_module"] == "params.demo" and saved.info["resumes"] == 2
+        session.mark_done()
+        assert session.saved_run().done
+        (session.path / "cpanel.json").write_text("{")
+        with pytest.raises(UsageError, match=r"cpanel\.json' is not valid JSON"):
+            session.saved_run()
+
+
+def test_checkpoints_to_resume_are_read_newest_first_with_the_damage_of_each(tmp_path):
+    from digideep.storage.checkpoint import save_checkpoint
+
+    with Session(root=tmp_path, name="s") as session:
+        for iteration, frames in ((10, 100), (20, 200)):
+            info = {"params": {}, "counters": {"frames": frames}}
+            save_checkpoint(session.checkpoints_location, iteration, info, {"x": iteration})
+        (session.path / "checkpoints" / "checkpoint-20" / "states.pt").write_bytes(b"cut")
+        found = session.checkpoints_to_resume()
+        newest = next(found)
+        assert (newest.iteration, newest.frames, newest.states) == (20, 200, None)
+        assert "states.pt' is damaged or truncated" in newest.damage
+        older = next(found)
+        assert (older.iteration, older.frames, older.damage) == (10, 100, "")
+        assert older.states == {"x": 10} and older.runner_info["iteration"] == 10
+        assert next(found, None) is None
+        session.clear_memories()
+        assert (session.path / "memory").is_dir() and not any((session.path / "memory").iterdir())
