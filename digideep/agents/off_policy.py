@@ -165,6 +165,7 @@ class OffPolicyAgent(AgentBase):
             if note:
                 log.warning("agent '%s': %s", name, note)
         self.replay_device = resolve_replay_device(replay_device, self.device, name)
+        self._batch_keys = self.batch_keys()
         self.sampler: Sampler = self.make_sampler(seed)
 
     def make_sampler(self, seed: int) -> Sampler:
@@ -172,8 +173,8 @@ class OffPolicyAgent(AgentBase):
         transitions of :meth:`batch_keys` per call, drawn uniformly."""
         sizes = (self.batch_size, self.updates_per_iteration)
         if self.replay_device == "device":
-            return DeviceUniformTransitions(*sizes, keys=self.batch_keys(), seed=seed, device=self.device)
-        return UniformTransitions(*sizes, keys=self.batch_keys(), seed=seed)
+            return DeviceUniformTransitions(*sizes, keys=self._batch_keys, seed=seed, device=self.device)
+        return UniformTransitions(*sizes, keys=self._batch_keys, seed=seed)
 
     def resolved_settings(self) -> dict[str, str]:
         """The update mode, :attr:`replay_device` and :attr:`acting_device` (each ``host`` or
@@ -268,11 +269,10 @@ class OffPolicyAgent(AgentBase):
     def prepare(self, batches: Mapping[str, np.ndarray | torch.Tensor]) -> Transitions:
         """A sampled ``{key: (N, B, ...)}`` dict as :class:`Transitions` on the device: numpy arrays are
         copied there (:func:`~digideep.agents.utils.to_torch`), tensors already there are used as they are."""
-        keys = self.batch_keys()
-        missing = [k for k in keys if k not in batches]
+        missing = [k for k in self._batch_keys if k not in batches]
         if missing:
             raise ValueError(f"agent '{self.name}': the batch lacks {missing}; sample it with agent.sample()")
-        tensors = to_torch({k: batches[k] for k in keys}, self.device)
+        tensors = to_torch({k: batches[k] for k in self._batch_keys}, self.device)
         observations = self.obs.from_batch(tensors, "/observations")
         lead = observations.shape[:2]
         return Transitions(

@@ -137,7 +137,8 @@ class MetricAccumulator:
         self._values: dict[str, list[torch.Tensor]] = {}
 
     def add(self, **metrics: torch.Tensor) -> None:
-        """Record detached scalar tensors, e.g. ``add(**{"losses/qf_loss": loss.detach()})``."""
+        """Record detached scalar tensors, all on one device, e.g.
+        ``add(**{"losses/qf_loss": loss.detach()})``."""
         for name, value in metrics.items():
             self._values.setdefault(name, []).append(value)
 
@@ -146,11 +147,10 @@ class MetricAccumulator:
         if not self._values:
             return {}
         names = list(self._values)
-        device = self._values[names[0]][0].device
         if all(len(self._values[n]) == 1 for n in names):  # one step (the reference schedule): its values
-            means = torch.stack([self._values[n][0].float().to(device) for n in names])
+            means = torch.stack([self._values[n][0] for n in names]).float()
         else:
-            means = torch.stack([torch.stack(self._values[n]).float().mean().to(device) for n in names])
+            means = torch.stack([torch.stack(self._values[n]).float().mean() for n in names])
         return dict(zip(names, means.tolist(), strict=True))
 
 
