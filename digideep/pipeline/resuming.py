@@ -90,7 +90,6 @@ def _build(
         devices=devices,
         tracker=tracker,
         modes=modes,
-        uploads=session.uploads,
     )
     try:
         if "train" in modes:

@@ -45,7 +45,6 @@ from digideep.pipeline.runner_settings import RunnerSettings
 from digideep.pipeline.signals import StopOnSignals
 from digideep.storage.lease import LEASE_MARGIN
 from digideep.storage.session import Session
-from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.monitoring import Monitor
 from digideep.utility.profiling import KeepTime
@@ -80,8 +79,6 @@ class Runner:
             ``finish(status)`` that sends what ``journal`` holds (see ``digideep.tracking``).
         modes: which explorers to build (``train``/``test`` for training, ``eval`` for play).
         journal: the session's metrics journal; ``<session>/metrics.jsonl`` by default when training.
-        uploads: what uploads a URL session's working files at each checkpoint (before its commit);
-            the session's own :class:`~digideep.storage.upload_cache.UploadCache` by default.
 
     Attributes:
         monitor: the run's own :class:`~digideep.utility.monitoring.Monitor`: episode statistics of
@@ -103,10 +100,9 @@ class Runner:
         tracker: Any = None,
         modes: tuple[str, ...] = ("train", "test"),
         journal: MetricsJournal | None = None,
-        uploads: UploadCache | None = None,
     ) -> None:
         self.session = session
-        self.uploads = uploads if uploads is not None else UploadCache(session.location, session.path)
+        self.uploads = session.uploads  # uploads a URL session's working files at each checkpoint
         self.params = params
         self.tracker = tracker
         if journal is None and "train" in modes:

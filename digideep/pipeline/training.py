@@ -130,7 +130,7 @@ def open_run(
             info = session.info()
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         # built before the MLflow run starts: a start that fails leaves neither a run nor a session
-        runner = Runner(session, resolved.params, devices=devices, journal=journal, uploads=session.uploads)
+        runner = Runner(session, resolved.params, devices=devices, journal=journal)
         runner.tracker = tracker = _open_tracker(
             session, info, resolved.params, resolved.cpanel, tags, journal
         )
@@ -205,7 +205,7 @@ def _reopen(
         session.clear_memories()  # flushed by no checkpoint: stale, on disk or in a bucket
         journal = MetricsJournal(session.path / JOURNAL_FILE)
         journal.rewind(0)  # every record is regenerated; MLflow keeps what it has
-        runner = Runner(session, saved.params, devices=devices, journal=journal, uploads=session.uploads)
+        runner = Runner(session, saved.params, devices=devices, journal=journal)
         tracker = _track(runner, session, saved.info, saved.params, saved.cpanel, tags)
         return RunHandle(session, runner, tracker, None, run_log)
     log.info("resuming session %s from %s", session.url, resumed.checkpoint.path)

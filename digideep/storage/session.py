@@ -31,8 +31,8 @@ the journal first, so the log goes on and the journal is rewound to the checkpoi
 store is probed before anything is written: a missing bucket, refused credentials or an
 unreachable endpoint fail in seconds with one line naming the URL.
 
-The session carries its :class:`~digideep.storage.upload_cache.UploadCache` (``uploads``), which
-:func:`digideep.pipeline.training.open_run` hands to the Runner. Reopening a run reads what it needs in
+The session carries its :class:`~digideep.storage.upload_cache.UploadCache` (``uploads``), which the
+Runner of the session uploads with at each checkpoint. Reopening a run reads what it needs in
 two calls: :meth:`Session.saved_run` (the JSON files and whether training finished) and
 :meth:`Session.checkpoints_to_resume` (the committed checkpoints, newest first, each read and checked;
 :mod:`digideep.storage.saved_run`). The device, the params files, the log file and torch's threads are
