@@ -180,7 +180,7 @@ def _launch(
         "session_path": session_path,
         "benchmark": tags,
     }
-    flow_run_id = launch(deployment, parameters, f"benchmark:{name}:{cell.key}")
+    flow_run_id = launch(client, deployment, parameters, f"benchmark:{name}:{cell.key}")
     if state_of(client, flow_run_id) == "CANCELLED":  # the benchmark was cancelled with its cells
         client.set_flow_run_state(flow_run_id, Scheduled(message="retried by its benchmark flow"), force=True)
     return flow_run_id

@@ -10,6 +10,7 @@ runs it again as the same flow run, which resumes its session from its newest ch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -21,12 +22,54 @@ FAILED_STATES = {"FAILED", "CRASHED"}
 ENDED_STATES = {"COMPLETED", "CANCELLED"} | FAILED_STATES
 
 
-def launch(deployment: str, parameters: dict[str, Any], key: str) -> str:
-    """Start a flow run of ``deployment`` as a subflow (or find the one ``key`` started); its id."""
-    flow_run = run_deployment(
-        deployment, parameters=parameters, timeout=0, as_subflow=True, idempotency_key=key
-    )
+def launch(client: Any, deployment: str, parameters: dict[str, Any], key: str) -> str:
+    """Start a flow run of ``deployment`` as a subflow (or find the one ``key`` started); its id.
+
+    A run found unfinished whose own parent flow run was cancelled (a benchmark or study cancelled,
+    then started again under the same name) cannot run again as itself: Prefect's server cancels
+    every unfinished subflow of a cancelled flow run. A new run continues its session instead, under
+    a key naming the run it continues, so a retry of this flow finds that one.
+    """
+    flow_run = _start(deployment, parameters, key)
+    while (owner := _cancelled_parent(client, flow_run)) is not None:
+        from flows.train import session_name_for
+
+        flow_run = _final(client, flow_run)  # (the server cancels it within seconds)
+        if flow_run.state is None or not flow_run.state.is_final() or flow_run.state.is_completed():
+            break
+        session = session_name_for(str(flow_run.id), flow_run.name, flow_run.parameters.get("session_name"))
+        get_run_logger().info(
+            "%s: its flow run %s was started by flow run %s, since cancelled; a new run continues its session %s",
+            key, flow_run.id, owner, session,
+        )  # fmt: skip
+        flow_run = _start(
+            deployment, {**parameters, "session_name": session}, f"{key}:continues:{flow_run.id}"
+        )
     return str(flow_run.id)
+
+
+def _start(deployment: str, parameters: dict[str, Any], key: str) -> Any:
+    return run_deployment(deployment, parameters=parameters, timeout=0, as_subflow=True, idempotency_key=key)
+
+
+def _cancelled_parent(client: Any, flow_run: Any) -> str | None:
+    """The id of the flow run that started ``flow_run`` when that one is cancelled and ``flow_run``
+    did not complete; else None."""
+    if flow_run.parent_task_run_id is None or (flow_run.state is not None and flow_run.state.is_completed()):
+        return None
+    parent = client.read_flow_run(client.read_task_run(flow_run.parent_task_run_id).flow_run_id)
+    if parent.state is None or parent.state.type.value not in {"CANCELLED", "CANCELLING"}:
+        return None
+    return str(parent.id)
+
+
+def _final(client: Any, flow_run: Any, timeout: float = 300.0) -> Any:
+    """``flow_run`` read again once it is in a final state (or after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not (flow_run.state is not None and flow_run.state.is_final()) and time.monotonic() < deadline:
+        time.sleep(2.0)
+        flow_run = client.read_flow_run(flow_run.id)
+    return flow_run
 
 
 def state_of(client: Any, flow_run_id: str) -> str:

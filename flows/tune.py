@@ -100,6 +100,7 @@ def tune(
     with get_client(sync_client=True) as client:
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             in_flight[trial.number] = _launch(  # relaunching returns the same flow run (idempotency key)
+                client,
                 deployment,
                 params,
                 name,
@@ -117,7 +118,7 @@ def tune(
             concurrency,
             in_flight,
             start=lambda number, cpanel: _launch(
-                deployment, params, name, number, cpanel, trial_base, session_path
+                client, deployment, params, name, number, cpanel, trial_base, session_path
             ),
             ended=lambda running: ended_runs(client, running, retries, max_trial_retries, "tune"),
             run_attr="flow_run_id",
@@ -131,7 +132,14 @@ def tune(
 
 
 def _launch(
-    deployment: str, params: str, study: str, number: int, cpanel: dict, trial: dict, session_path: str
+    client: Any,
+    deployment: str,
+    params: str,
+    study: str,
+    number: int,
+    cpanel: dict,
+    trial: dict,
+    session_path: str,
 ) -> str:
     parameters = {
         "params": params,
@@ -139,7 +147,7 @@ def _launch(
         "session_path": session_path,
         "trial": {**trial, "number": number},
     }
-    return launch(deployment, parameters, f"tune:{study}:trial-{number}")
+    return launch(client, deployment, parameters, f"tune:{study}:trial-{number}")
 
 
 if __name__ == "__main__":

@@ -321,6 +321,47 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
         assert "resuming session" in (session / "log.txt").read_text()
 
 
+def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_cell(
+    bench_stack, tmp_path, mlflow_uri, monkeypatch, capsys
+):
+    """Prefect cancels every unfinished subflow of a cancelled flow run, whoever sets it going again:
+    the new benchmark continues the cancelled cell's session in a new train run, in the same MLflow run."""
+    from digideep.benchmark import records
+    from tests.flows.test_train_flow import wait
+
+    sessions, name = tmp_path / "sessions", "tiny-cancelled"
+    cell = {"algorithm": "params.pendulum_td3", "env": "Pendulum-v1", "seed": 0, "variant": "default"}
+    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    argv = ["benchmark", "--params", cell["algorithm"], "--env", cell["env"], "--seeds", "0", "--frames", "10000",
+            "--eval-interval", "1000", "--eval-episodes", "1", "--cpanel", json.dumps(TINY), "--name", name,
+            "--session-path", str(sessions)]  # fmt: skip
+
+    def start() -> str:
+        assert cli(argv) == 0
+        return capsys.readouterr().out.split(" flow run ")[1].split()[0]
+
+    first = start()
+    deadline = time.monotonic() + 300
+    while not list(sessions.glob("*/checkpoints/*/commit.json")):
+        assert time.monotonic() < deadline, "the cell wrote no checkpoint in 300 s"
+        time.sleep(0.2)
+    bench_stack.run("flow-run", "cancel", first)
+    assert wait(first, bench_stack, timeout=120, states={"CANCELLED"}) == "CANCELLED"
+    (session,) = sessions.iterdir()
+    cancelled = json.loads((session / "session.json").read_text())["prefect_flow_run_id"]
+    assert wait(cancelled, bench_stack, timeout=120, states={"CANCELLED", "COMPLETED"}) == "CANCELLED"
+
+    second = start()
+    assert wait(second, bench_stack, timeout=600, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    assert [p.name for p in sessions.iterdir()] == [session.name]  # the same session, continued
+    info = json.loads((session / "session.json").read_text())
+    assert info["prefect_flow_run_id"] != cancelled and info["resumes"] == 1
+    (run,) = records.cell_runs(MlflowClient(mlflow_uri), name, cell)
+    assert run.info.status == "FINISHED" and run.data.tags["digideep.resumes"] == "1"
+    history = MlflowClient(mlflow_uri).get_metric_history(run.info.run_id, "eval/return")
+    assert sorted(m.step for m in history) == list(range(1000, 10001, 1000))
+
+
 def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_running(bench_stack, monkeypatch):
     """A killed attempt's SB3 cell task ends with nobody to report it: the retry marks it Crashed."""
     import logging
