@@ -66,6 +66,13 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--last", type=int, default=1, help="score = mean of the last N evaluations (default: %(default)s)"
     )
     parser.add_argument(
+        "--at",
+        type=int,
+        metavar="FRAMES",
+        help="score every run at this evaluation frame, as if it were the budget; runs still training "
+        "count once they have reached it (default: the budget)",
+    )
+    parser.add_argument(
         "--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples (default: %(default)s)"
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
@@ -151,7 +158,7 @@ def _select(args: argparse.Namespace) -> tuple[MlflowClient | None, Selection]:
         sources.append(str(export.folder))
     # without criteria, the exports' own selections name the runs
     description = criteria.describe() or " and ".join(dict.fromkeys(e.description for e in exports))
-    return client, select_records(records, description, sources, args.last, parent)
+    return client, select_records(records, description, sources, args.last, parent, args.at)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -197,6 +204,8 @@ def _command(args: argparse.Namespace) -> str:
         words.append("--with-store")
     if args.compare:
         words += ["--compare", *args.compare]
+    if args.at is not None:
+        words += ["--at", str(args.at)]
     words += ["--last", str(args.last), "--reps", str(args.reps), "--seed", str(args.seed)]
     if args.references:
         words += ["--references", args.references]

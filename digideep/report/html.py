@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 
 from digideep.report.build import Report
-from digideep.report.table import BELOW_MARK, table_headers, table_rows
+from digideep.report.table import BELOW_MARK, budget_words, left_out_words, table_headers, table_rows
 
 __all__ = ["render_html"]
 
@@ -40,10 +40,10 @@ def render_html(report: Report, command: str) -> str:
         "<h2>Selection</h2>",
         _list(
             [
-                f"{len(selection.runs)} finished runs ({selection.left_out} not finished, left out)",
+                f"{len(selection.runs)} runs ({selection.left_out} {left_out_words(selection)}, left out)",
                 f"algorithms: {', '.join(selection.groups)}",
                 f"environments: {', '.join(selection.envs)}",
-                f"frame budget {protocol.frame_budget}, evaluation every {protocol.frame_interval} frames "
+                f"{budget_words(selection)}, evaluation every {protocol.frame_interval} frames "
                 f"over {protocol.episodes} deterministic episodes",
                 f"score: mean eval/return of the last {report.last} evaluation(s); intervals: rliable's "
                 f"stratified bootstrap, 95 %, {report.reps} resamples, seed {report.seed}",

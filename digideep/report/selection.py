@@ -4,7 +4,8 @@ A run contributes its ``eval/return`` history (step = training frames, one point
 the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
 flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
 ``cpanel/model_name`` and ``cpanel/seed``), and the count of times it continued from a checkpoint,
-its tag ``digideep.resumes``. Only runs that ended FINISHED are read. The runs come as
+its tag ``digideep.resumes``. Only runs that ended FINISHED are read; scored at an earlier frame
+(``at``), a run still training counts too once its evaluations have reached that frame. The runs come as
 :class:`~digideep.report.records.RunRecord` from an MLflow store, from export folders, or both
 (:func:`select_records`), so a report computes the same numbers wherever its runs were read. Every
 refusal is a :class:`~digideep.errors.UsageError` of one line that says what to change.
@@ -78,7 +79,8 @@ class Selection:
     runs: list[RunScores]
     protocol: Protocol
     parent_run_id: str | None = None
-    left_out: int = 0  # runs matched but not FINISHED
+    left_out: int = 0  # runs matched but not FINISHED (with ``at``: nor evaluated at ``at`` yet)
+    trained_budget: int | None = None  # scored at an earlier frame: the budget the runs train to
     groups: list[str] = field(default_factory=list)
     envs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # about how the runs were read (runs read twice)
@@ -127,8 +129,13 @@ def select_records(
     sources: Sequence[str],
     last: int = 1,
     parent_run_id: str | None = None,
+    at: int | None = None,
 ) -> Selection:
     """The selection of ``records`` (read from ``sources``, described as ``description``), checked.
+
+    With ``at`` (an evaluation frame within the budget) every run is scored as if its budget were
+    ``at``: its evaluations up to ``at`` only, so a report reads a 300k table at 100k, or a table
+    still training; the selection's protocol then has ``frame_budget`` ``at``.
 
     A run read twice (the same run id from two sources) counts once, with a note, when both records
     agree; two different runs of one cell are refused.
@@ -136,26 +143,29 @@ def select_records(
     Raises:
         UsageError: no finished run, a run outside the protocol, protocols or budgets mixed, a cell
             with two runs, one run read twice with different contents, or a run with fewer than
-            ``last`` evaluations.
+            ``last`` evaluations, or an ``at`` that is no evaluation frame of the protocol.
     """
     records, notes = _once_each(records)
     cells = [r for r in records if r.is_cell]  # not a benchmark's or study's parent
-    finished = [r for r in cells if r.status == "FINISHED"]
-    if not finished:
+    read = [r for r in cells if r.status == "FINISHED" or (at is not None and _reached(r, at))]
+    if not read:
         extra = f" ({len(cells)} not FINISHED)" if cells else ""
         raise UsageError(
             f"no finished runs match {description} at {', '.join(sources)}{extra}; "
             "list runs with 'digideep runs'"
         )
-    protocol = _one_protocol(finished)
-    runs = [_scores(record, protocol, last) for record in finished]
-    _check_cells(runs, {r.run_id: r.source for r in finished})
+    protocol = trained = _one_protocol(read)
+    if at is not None:
+        protocol = _scored_at(trained, at)
+    runs = [_scores(record, protocol, last) for record in read]
+    _check_cells(runs, {r.run_id: r.source for r in read})
     return Selection(
         description=description,
         runs=runs,
         protocol=protocol,
         parent_run_id=parent_run_id,
-        left_out=len(cells) - len(finished),
+        left_out=len(cells) - len(read),
+        trained_budget=trained.frame_budget if at is not None else None,
         groups=sorted({r.group for r in runs}),
         envs=sorted({r.env for r in runs}),
         notes=notes,
@@ -217,10 +227,28 @@ def _one_protocol(records: Sequence[RunRecord]) -> Protocol:
     return Protocol(frame_interval=interval, episodes=episodes, frame_budget=budget)
 
 
+def _reached(record: RunRecord, at: int) -> bool:
+    """Whether a run still training has the protocol's params and an evaluation at frame ``at`` or later."""
+    has_params = all(name in record.params for name in PROTOCOL_PARAMS)
+    return has_params and any(point.step >= at for point in record.history(RETURN_METRIC))
+
+
+def _scored_at(protocol: Protocol, at: int) -> Protocol:
+    """``protocol`` with budget ``at``, an evaluation frame of it."""
+    if not 0 < at <= protocol.frame_budget or at % protocol.frame_interval:
+        raise UsageError(
+            f"--at {at} is no evaluation frame of the runs (every {protocol.frame_interval} frames up to "
+            f"{protocol.frame_budget}); name one of those"
+        )
+    return Protocol(protocol.frame_interval, protocol.episodes, at)
+
+
 def _scores(record: RunRecord, protocol: Protocol, last: int) -> RunScores:
     tags, params, run_id = record.tags, record.params, record.run_id
     by_step: dict[int, tuple[int, float]] = {}
     for point in record.history(RETURN_METRIC):
+        if point.step > protocol.frame_budget:  # scored at an earlier frame (``at``)
+            continue
         if point.step not in by_step or point.timestamp >= by_step[point.step][0]:
             by_step[point.step] = (point.timestamp, point.value)  # a resumed run's last word per step
     frames = np.array(sorted(by_step), dtype=np.int64)

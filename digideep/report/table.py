@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from digideep.report.build import Report, Row
+from digideep.report.selection import Selection
 
 __all__ = ["BELOW_MARK", "HEADERS", "format_report", "table_headers", "table_rows"]
 
@@ -60,7 +61,7 @@ def format_report(report: Report) -> str:
     protocol = report.selection.protocol
     lines = [
         f"report of {report.selection.description}: {len(report.selection.runs)} runs{_left_out(report)}, "
-        f"frame budget {protocol.frame_budget}, evaluation every {protocol.frame_interval} frames over "
+        f"{budget_words(report.selection)}, evaluation every {protocol.frame_interval} frames over "
         f"{protocol.episodes} episodes; score = mean eval/return of the last {report.last} evaluation(s)",
         "",
         _align([table_headers(report), *table_rows(report)]),
@@ -79,7 +80,21 @@ def format_report(report: Report) -> str:
 
 def _left_out(report: Report) -> str:
     count = report.selection.left_out
-    return f" ({count} not finished, left out)" if count else ""
+    return f" ({count} {left_out_words(report.selection)}, left out)" if count else ""
+
+
+def budget_words(selection: Selection) -> str:
+    """``frame budget N``, or ``scored at N frames of a budget of M`` for a selection scored early."""
+    if selection.trained_budget is None:
+        return f"frame budget {selection.protocol.frame_budget}"
+    return f"scored at {selection.protocol.frame_budget} frames of a budget of {selection.trained_budget}"
+
+
+def left_out_words(selection: Selection) -> str:
+    """What the runs left out of ``selection`` lack."""
+    if selection.trained_budget is None:
+        return "not finished"
+    return f"not finished nor evaluated at {selection.protocol.frame_budget} frames yet"
 
 
 def _aggregate_cells(report: Report) -> list[tuple[str, ...]]:

@@ -125,6 +125,43 @@ def test_last_n_averages_the_last_evaluations(
     assert row.split()[3] == f"{np.mean([800.0, 1000.0]):.1f}"  # frames 4000 and 5000 of 5000
 
 
+def test_at_scores_every_run_at_an_earlier_evaluation_and_counts_runs_still_training(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from mlflow.entities import Metric
+
+    final = {(SAC, "Hopper-v5"): 1000.0}
+    cells = [(SAC, "Hopper-v5", s) for s in range(2)]  # evaluated at 1000, ..., 5000 frames
+    name, _ = make_benchmark(client, cells, linear_curve(final, spread=0), artifacts=tmp_path / "artifacts")
+    experiment = client.get_experiment_by_name(f"exp-{name}").experiment_id
+    protocol = {"eval/frame_interval": "1000", "eval/episodes": "5", "eval/frame_budget": "5000"}
+    for seed, reached in ((2, 3000), (3, 2000)):  # two runs still training
+        tags = {"digideep.benchmark": name, "algorithm": SAC, "env": "Hopper-v5", "seed": str(seed)}
+        run = client.create_run(experiment, tags=tags).info.run_id
+        for key, value in protocol.items():
+            client.log_param(run, key, value)
+        steps = range(1000, reached + 1, 1000)
+        client.log_batch(run, metrics=[Metric("eval/return", 7.0 * step, 0, step) for step in steps])
+
+    assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name, "--at", "3000") == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"report of benchmark {name}: 3 runs (1 not finished nor evaluated at 3000 frames yet, left out), "
+        "scored at 3000 frames of a budget of 5000" in printed
+    )
+    row = next(line for line in printed.splitlines() if line.startswith("Hopper-v5"))
+    assert "0: 600.0, 1: 600.0, 2: 21000.0" in row  # the evaluations at 3000 frames: 1000 * 3/5, 7 * 3000
+    assert "--at 3000" in (tmp_path / "out" / "report.html").read_text()
+
+    assert _report(mlflow_uri, tmp_path / "bad", "--benchmark", name, "--at", "2500") == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "--at 2500 is no evaluation frame of the runs (every 1000 frames up to 5000)" in err
+    )
+    assert not (tmp_path / "bad").exists()
+
+
 def _mixed(key: str, value: str):  # the eval/* params of one cell changed
     return {(SAC, "Hopper-v5", 1): {key: value}}
 
