@@ -144,7 +144,7 @@ def timed_checkpoint(runner: Runner) -> tuple[float, dict[str, float]]:
         stack.enter_context(patched(runner.state, "state_dict", parts, "collect"))
         stack.enter_context(patched(runner, "runner_info", parts, "collect"))
         stack.enter_context(patched(checkpointing, "write_checkpoint", parts, "write"))
-        stack.enter_context(patched(runner.uploads, "upload", parts, "upload"))
+        stack.enter_context(patched(runner.session.uploads, "upload", parts, "upload"))
         stack.enter_context(patched(checkpointing, "apply_retention", parts, "retention"))
         start = time.perf_counter()
         runner.checkpoint()

@@ -22,7 +22,6 @@ from digideep.storage.checkpoint import apply_retention, find_checkpoints, write
 from digideep.storage.lease import LEASE_MARGIN
 from digideep.storage.location import Location
 from digideep.storage.session import Session
-from digideep.storage.upload_cache import UploadCache
 from digideep.tracking.journal import CHECKPOINT_METRIC, JOURNAL_FILE
 from digideep.utility.user_code import IMPORT_PATHS
 
@@ -69,12 +68,11 @@ class Checkpointer:
     """Writes the checkpoints of one run into its session.
 
     Args:
-        session: the run's session: its ``checkpoints/`` folder, and its lease, which must outlive
-            each commit.
+        session: the run's session: its ``checkpoints/`` folder, its lease, which must outlive
+            each commit, and its uploads of a URL session's journal and log before each commit.
         state: the run's state; its journal records each checkpoint's duration.
         durable: the run's memories kept in the session: flushed before each checkpoint is written,
             told once it is committed.
-        uploads: what uploads a URL session's journal and log before each commit.
         keep: how many checkpoints retention keeps (0: every one); the memories' logs keep the rows
             those need.
     """
@@ -85,13 +83,11 @@ class Checkpointer:
         state: RunState,
         *,
         durable: dict[str, DurableMemory],
-        uploads: UploadCache,
         keep: int,
     ) -> None:
         self.session = session
         self.state = state
         self.durable = durable
-        self.uploads = uploads
         self.keep = keep
 
     def save(self, info: dict[str, Any], tracker: Any, started: float) -> str:
@@ -126,7 +122,7 @@ class Checkpointer:
         # The lease must outlive the upload and the commit: a host whose session was taken over
         # (it was cut off past the lease's expiry) must not commit over the new holder's checkpoints.
         self.session.ensure_held(margin=LEASE_MARGIN)
-        self.uploads.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
+        self.session.uploads.upload(JOURNAL_FILE, "log.txt")  # URL sessions: before the commit
         saved = pending.commit()
         for memory in self.durable.values():  # committed: the logs keep what kept checkpoints need
             memory.checkpoint_committed(keep=self.keep)

@@ -102,7 +102,6 @@ class Runner:
         journal: MetricsJournal | None = None,
     ) -> None:
         self.session = session
-        self.uploads = session.uploads  # uploads a URL session's working files at each checkpoint
         self.params = params
         self.tracker = tracker
         if journal is None and "train" in modes:
@@ -139,7 +138,6 @@ class Runner:
             session,
             self.state,
             durable=self.built.durable,
-            uploads=self.uploads,
             keep=settings.keep_checkpoints,
         )
         self.reporter = Reporter(

@@ -32,7 +32,7 @@ store is probed before anything is written: a missing bucket, refused credential
 unreachable endpoint fail in seconds with one line naming the URL.
 
 The session carries its :class:`~digideep.storage.upload_cache.UploadCache` (``uploads``), which the
-Runner of the session uploads with at each checkpoint. Reopening a run reads what it needs in
+run's checkpointer uploads with at each checkpoint. Reopening a run reads what it needs in
 two calls: :meth:`Session.saved_run` (the JSON files and whether training finished) and
 :meth:`Session.checkpoints_to_resume` (the committed checkpoints, newest first, each read and checked;
 :mod:`digideep.storage.saved_run`). The device, the params files, the log file and torch's threads are

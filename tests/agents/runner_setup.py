@@ -76,5 +76,5 @@ def iterate(runner: Runner, iterations: int) -> list[dict[str, float]]:
 def close(runner: Runner) -> None:
     """Close as ``close_run`` does: environments and memories, a URL session's uploads, the lock."""
     runner.close()
-    runner.uploads.close()
+    runner.session.uploads.close()
     runner.session.close()
