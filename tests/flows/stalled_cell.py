@@ -19,11 +19,14 @@ from tests.flows import faulty, faulty_cell
 cpanel = faulty_cell.cpanel
 
 
+def stall_marker(folder: Path, env: str, seed: int) -> Path:
+    """The file whose presence says that the cell of ``env`` and ``seed`` has stalled once."""
+    return folder / f"{env}-seed-{seed}-stall"
+
+
 def gen_params(cpanel: dict) -> dict:
-    marker = (
-        Path(os.environ["DIGIDEEP_BENCHMARK_TEST_DIR"])
-        / f"{cpanel['model_name']}-seed-{cpanel['seed']}-stall"
-    )
+    folder = Path(os.environ["DIGIDEEP_BENCHMARK_TEST_DIR"])
+    marker = stall_marker(folder, cpanel["model_name"], cpanel["seed"])
     params = faulty.gen_params({**cpanel, "fail_at_update": 2, "marker": str(marker)})
     params["agents"]["agent"]["type"] = "tests.flows.stalled_cell.StallOnceSAC"
     return params

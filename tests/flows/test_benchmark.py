@@ -331,6 +331,7 @@ def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_ce
     benchmark is cancelled, however fast the machine.
     """
     from digideep.benchmark import records
+    from tests.flows.stalled_cell import stall_marker
     from tests.flows.test_train_flow import wait
 
     sessions, name = tmp_path / "sessions", "tiny-cancelled"
@@ -347,7 +348,7 @@ def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_ce
 
     first = start()
     deadline = time.monotonic() + 300
-    stalled = fault_markers / "Pendulum-v1-seed-0-stall"
+    stalled = stall_marker(fault_markers, cell["env"], cell["seed"])
     while not (stalled.exists() and list(sessions.glob("*/checkpoints/*/commit.json"))):
         assert time.monotonic() < deadline, "the cell did not checkpoint and stall in 300 s"
         time.sleep(0.2)
