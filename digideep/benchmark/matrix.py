@@ -67,7 +67,12 @@ def plan(
     variants: Mapping[str, Mapping[str, Any]] | None = None,
     base_cpanel: Mapping[str, Any] | None = None,
 ) -> list[Cell]:
-    """Every cell of the matrix, checked; algorithms outermost, seeds innermost.
+    """Every cell of the matrix, checked, in the order a benchmark starts them: environments outermost,
+    then seeds and variants, algorithms innermost.
+
+    So a benchmark finishes one environment before the next, and each seed of it under every
+    algorithm together: read while it runs (``digideep report --at``) or after it was cut short, the
+    finished cells compare like with like.
 
     Args:
         algorithms: parameter modules and ``sb3:<ALGO>`` names.
@@ -89,15 +94,16 @@ def plan(
             raise UsageError(f"the benchmark's {axis} axis is empty; give at least one")
     _check_protocol(protocol)
     _check_envs(envs)
-    cells = []
-    for algorithm in algorithms:
+    for algorithm in algorithms:  # an unknown file or a missing SB3 is one line here, before any cell
         if is_sb3(algorithm):
             check_sb3(algorithm)
         else:
-            load_params_module(algorithm)  # an unknown file is one line here, before any cell
-        for env in envs:
+            load_params_module(algorithm)
+    cells = []
+    for env in envs:
+        for seed in seeds:
             for variant, overrides in variants.items():
-                for seed in seeds:
+                for algorithm in algorithms:
                     cpanel = {**(base_cpanel or {}), **overrides, "model_name": env, "seed": int(seed)}
                     if is_sb3(algorithm):
                         _, cpanel = sb3_arguments(algorithm, {**(base_cpanel or {}), **overrides})

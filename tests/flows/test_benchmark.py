@@ -34,14 +34,19 @@ def test_the_matrix_is_every_algorithm_env_variant_and_seed_with_the_protocol_in
         PROTOCOL,
         base_cpanel=None,
     )
-    assert [c.key for c in cells[:3]] == [
+    # started in this order: one environment at a time, each seed under every algorithm together
+    assert [c.key for c in cells] == [
         "params.pendulum_sac/Pendulum-v1/seed-0/default",
+        "sb3:TD3/Pendulum-v1/seed-0/default",
         "params.pendulum_sac/Pendulum-v1/seed-1/default",
+        "sb3:TD3/Pendulum-v1/seed-1/default",
         "params.pendulum_sac/MountainCarContinuous-v0/seed-0/default",
+        "sb3:TD3/MountainCarContinuous-v0/seed-0/default",
+        "params.pendulum_sac/MountainCarContinuous-v0/seed-1/default",
+        "sb3:TD3/MountainCarContinuous-v0/seed-1/default",
     ]
-    assert len(cells) == 8 and len({c.key for c in cells}) == 8
     # pendulum_sac's epoch is 1,000 iterations x 1 step = 1,000 frames
-    assert cells[2].cpanel == {
+    assert cells[4].cpanel == {
         "model_name": "MountainCarContinuous-v0",
         "seed": 0,
         "number_epochs": 3,
@@ -156,6 +161,32 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
         "eval/frame_budget": "400",
     }
     assert run.data.params["cpanel/learning_starts"] == "150"
+
+
+@pytest.mark.parametrize("name", ["pendulum", "mujoco-v5", "mujoco-v5-ppo"])
+def test_each_shipped_benchmark_deployment_is_a_matrix_that_passes_its_checks(name):
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    deployments = yaml.safe_load((root / "prefect.yaml").read_text())["deployments"]
+    (parameters,) = [d["parameters"] for d in deployments if d["name"] == name]
+    protocol = EvaluationProtocol(
+        parameters.get("eval_interval") or parameters["frames"],
+        parameters.get("eval_episodes", 10),
+        parameters["frames"],
+    )
+    cells = plan(
+        parameters["algorithms"],
+        parameters["envs"],
+        parameters["seeds"],
+        protocol,
+        parameters.get("variants"),
+        parameters.get("base_cpanel"),
+    )
+    assert len(cells) == len(parameters["algorithms"]) * len(parameters["envs"]) * len(parameters["seeds"])
+    for cell in cells:  # every parameter file's cell evaluates at every interval and at the budget
+        if not cell.algorithm.startswith("sb3:"):
+            assert cell.cpanel["number_epochs"] % cell.cpanel["test_interval"] == 0
 
 
 def test_sb3_cells_take_the_knobs_a_like_for_like_comparison_needs_and_leave_the_rest():
