@@ -9,8 +9,8 @@
 Prints the per-environment table, writes the PNG figures, ``table.txt`` and one self-contained
 ``report.html`` under ``--out`` (default ``<data_root>/reports/<name>/``), and logs them as artifacts
 ``report/...`` of the benchmark's parent run when the selection is a benchmark read from the store.
-``--from FOLDER`` (repeatable) reads the folders of ``digideep runs export`` instead of the store, or
-beside it with ``--with-store``. Every check runs before anything is written; bad input is one line
+``--from FOLDER`` (repeatable) reads the folders of ``digideep runs export`` (or every export below a
+folder that collects them) instead of the store, or beside it with ``--with-store``. Every check runs before anything is written; bad input is one line
 and exit code 2.
 """
 
@@ -56,7 +56,8 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FOLDER",
-        help="read the runs of an export folder of 'digideep runs export' instead of the store (repeatable)",
+        help="read the runs of an export folder of 'digideep runs export', or of every export in the folders "
+        "below FOLDER, instead of the store (repeatable)",
     )
     parser.add_argument(
         "--with-store", action="store_true", help="with --from: read the store's matching runs too"
@@ -140,13 +141,13 @@ def write_report(report: Report, folder: Path, text: str, command: str) -> list[
 
 def _select(args: argparse.Namespace) -> tuple[MlflowClient | None, Selection]:
     """The store's client (None when only export folders are read) and the selection of the runs."""
-    from digideep.report.export import read_export
+    from digideep.report.export import read_exports
     from digideep.report.records import Criteria, parent_run_id, read_store, store_name
     from digideep.report.selection import select_records
     from digideep.tracking.runs import open_client
 
     criteria = Criteria(args.benchmark, args.experiment, tuple(args.tag))
-    exports = [read_export(Path(folder)) for folder in args.exports]
+    exports = [export for folder in args.exports for export in read_exports(Path(folder))]
     client, records, sources, parent = None, [], [], None
     if args.with_store or not exports:
         client = open_client(args.tracking_uri, args.data_root)

@@ -28,7 +28,16 @@ from digideep.storage.files import fsync_dir
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = ["FORMAT", "MANIFEST", "VERSION", "Export", "check_new_folder", "export_runs", "read_export"]
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "VERSION",
+    "Export",
+    "check_new_folder",
+    "export_runs",
+    "read_export",
+    "read_exports",
+]
 
 FORMAT = "digideep-runs-export"
 VERSION = 1
@@ -98,6 +107,26 @@ def export_runs(client: MlflowClient, criteria: Criteria, folder: Path) -> Expor
     return Export(folder, criteria.describe(), [replace(r, source=str(folder)) for r in records])
 
 
+def read_exports(folder: Path) -> list[Export]:
+    """The export at ``folder``, or, when ``folder`` is none, every export in the folders below it (a
+    folder that collects exports, one per machine or per benchmark), in the order of their paths.
+    Hidden folders are skipped (an export being written is a hidden sibling of its path).
+
+    Raises:
+        UsageError: as :func:`read_export`, for ``folder`` or an export below it; a folder that is no
+            export and holds none.
+    """
+    if folder.is_dir() and not (folder / MANIFEST).is_file():
+        below = sorted(
+            path.parent
+            for path in folder.rglob(MANIFEST)
+            if not any(part.startswith(".") for part in path.relative_to(folder).parts)
+        )
+        if below:
+            return [read_export(path) for path in below]
+    return [read_export(folder)]
+
+
 def read_export(folder: Path) -> Export:
     """The export at ``folder``, every run file read and checked.
 
@@ -110,7 +139,8 @@ def read_export(folder: Path) -> Export:
     path = folder / MANIFEST
     if not path.is_file():
         raise UsageError(
-            f"--from {folder} has no {MANIFEST}: it is not a complete 'digideep runs export' folder"
+            f"--from {folder} has no {MANIFEST}: it is not a complete 'digideep runs export' folder, "
+            "nor a folder that holds some"
         )
     manifest = _read_json(path, folder)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

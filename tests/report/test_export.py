@@ -112,15 +112,15 @@ def test_a_report_from_an_export_is_the_report_from_its_store(
 def test_exports_of_split_cells_combine_into_the_report_of_one_store(
     stores: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    exports = tmp_path / "exports"  # a folder that collects exports: one per machine
     for key in ("a", "b"):
-        assert _export(stores[key], tmp_path / key, "--benchmark", "travel") == 0
+        assert _export(stores[key], exports / key, "--benchmark", "travel") == 0
     assert _report(tmp_path / "one-store", "--tracking-uri", stores["all"], "--benchmark", "travel") == 0
-    assert (
-        _report(tmp_path / "two-folders", "--from", str(tmp_path / "a"), "--from", str(tmp_path / "b")) == 0
-    )
+    assert _report(tmp_path / "two-folders", "--from", str(exports / "a"), "--from", str(exports / "b")) == 0
+    assert _report(tmp_path / "collected", "--from", str(exports)) == 0
     beside = [
         "--from",
-        str(tmp_path / "a"),
+        str(exports / "a"),
         "--with-store",
         "--tracking-uri",
         stores["b"],
@@ -131,6 +131,7 @@ def test_exports_of_split_cells_combine_into_the_report_of_one_store(
     capsys.readouterr()
     table = (tmp_path / "one-store" / "table.txt").read_text()
     assert (tmp_path / "two-folders" / "table.txt").read_text() == table
+    assert (tmp_path / "collected" / "table.txt").read_text() == table
     assert (tmp_path / "folder-and-store" / "table.txt").read_text() == table
 
 
