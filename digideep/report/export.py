@@ -114,15 +114,22 @@ def read_exports(folder: Path) -> list[Export]:
 
     Raises:
         UsageError: as :func:`read_export`, for ``folder`` or an export below it; a folder that is no
-            export and holds none.
+            export and holds none; a folder below that holds run files without a manifest (an export
+            cut short or damaged, whose runs would be left out unsaid).
     """
     if folder.is_dir() and not (folder / MANIFEST).is_file():
-        below = sorted(
-            path.parent
-            for path in folder.rglob(MANIFEST)
-            if not any(part.startswith(".") for part in path.relative_to(folder).parts)
-        )
+
+        def visible(path: Path) -> bool:
+            return not any(part.startswith(".") for part in path.relative_to(folder).parts)
+
+        below = sorted(path.parent for path in folder.rglob(MANIFEST) if visible(path))
         if below:
+            for runs in sorted(folder.rglob(RUNS)):
+                if visible(runs) and any(runs.glob("*.json")) and not (runs.parent / MANIFEST).is_file():
+                    raise UsageError(
+                        f"--from {folder}: {runs.parent} holds run files but no {MANIFEST}, so it is not "
+                        f"a complete export; export it again, or move it out of {folder}"
+                    )
             return [read_export(path) for path in below]
     return [read_export(folder)]
 

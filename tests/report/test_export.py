@@ -165,7 +165,7 @@ def test_a_run_read_twice_counts_once_and_two_runs_of_one_cell_are_refused(
 
 def _damage(folder: Path, case: str) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
-    if case == "interrupted":
+    if case in ("interrupted", "collected, one interrupted"):
         (folder / "manifest.json").unlink()
     elif case == "version":
         (folder / "manifest.json").write_text(json.dumps({**manifest, "version": 2}))
@@ -192,6 +192,10 @@ def _damage(folder: Path, case: str) -> None:
         ("damaged run", "is damaged (KeyError"),
         ("edited run", "differs between"),
         ("twice", "is given twice; name each export folder once"),
+        (
+            "collected, one interrupted",
+            "holds run files but no manifest.json, so it is not a complete export",
+        ),
         ("no folder", "no such folder"),
         ("store only", "--with-store adds the store's runs to those of --from FOLDER; name a folder"),
     ],
@@ -207,6 +211,9 @@ def test_a_bad_export_folder_is_refused_in_one_line(
         args += ["--from", str(tmp_path / "copy")]
     elif case == "twice":
         args += ["--from", f"{tmp_path}/./export"]
+    elif case == "collected, one interrupted":  # a folder of exports, one of them cut short
+        shutil.copytree(folder, tmp_path / "complete")
+        args = ["--from", str(tmp_path)]
     elif case == "no folder":
         args = ["--from", str(tmp_path / "elsewhere")]
     elif case == "store only":
