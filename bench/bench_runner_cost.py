@@ -18,7 +18,10 @@ turn, ``--repeats`` times (medians per call):
   stages called one after the other (the epoch-end stages excepted: they come once per 1,000);
 - **gradient step**: the agent's update function alone on one minibatch (``agent._update``);
 - **act**: the policy's action for one frame (``agent.action_generator``);
-- **env step**: one step of the same environment stack (wrappers included), made apart.
+- **env step**: one step of the same environment stack (wrappers included), made apart;
+- **draw and update bookkeeping**: the replay draw and the update stage with the gradient step
+  replaced by a stub that returns a real step's metrics, called back to back: what the Runner's code
+  of those two stages costs with warm caches, beside what it costs in the loop.
 
 The Runner's own cost is ``iteration - gradient step - act - env step``, printed as a share of the
 gradient step (goal: at most 5 %). The iteration blocks time each stage and the act, the env step and
@@ -169,8 +172,20 @@ def main() -> None:
                     in_loop[name].append(timed.seconds / n)
                 return seconds
 
+            step_metrics = update(one, noise, actor_step=True)  # what the stub below returns
+
+            def draw_and_bookkeeping() -> float:
+                """The replay draw and the update stage with a stub for the gradient step, back to back."""
+                timed_update = agent._update
+                agent._update = lambda *args, **kwargs: step_metrics
+                try:
+                    return repeated(lambda: agent.update(agent.sample(memory)), n, clock)
+                finally:
+                    agent._update = timed_update
+
             kinds = {
                 "iteration": iteration,
+                "draw and update bookkeeping": draw_and_bookkeeping,
                 "gradient step": lambda: repeated(lambda: update(one, noise, actor_step=True), n, clock),
                 "act": lambda: repeated(lambda: action_generator(obs, hidden, masks), n, clock),
                 "env step": lambda: repeated(lambda: envs.step(actions), n, clock),
@@ -202,9 +217,10 @@ def main() -> None:
         f"{args.repeats} blocks of {n}, medians per call (min-max over blocks):"
     )
     for kind, values in times.items():
-        print(f"  {kind:<14} {1e3 * median[kind]:7.3f} ms  ({1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
+        print(f"  {kind:<28} {1e3 * median[kind]:7.3f} ms  ({1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
+    label = "Runner's own"
     print(
-        f"  Runner's own   {1e3 * own:7.3f} ms a frame = {100 * own / median['gradient step']:.1f} % of a "
+        f"  {label:<28} {1e3 * own:7.3f} ms a frame = {100 * own / median['gradient step']:.1f} % of a "
         "gradient step (goal <= 5 %), of which:"
     )
     for name, seconds in code.items():
@@ -212,6 +228,11 @@ def main() -> None:
     print(
         f"    {1e3 * sum(slower.values()):6.3f} ms  the act, env step and gradient step, slower in the loop "
         "than alone: " + ", ".join(f"{name} {1e3 * seconds:+.3f}" for name, seconds in slower.items())
+    )
+    in_loop_draw = inner["sample"] + inner["update"] - inner["gradient step"]
+    print(
+        f"    of the draw and the update's bookkeeping ({1e3 * in_loop_draw:.3f} ms in the loop), "
+        f"{1e3 * median['draw and update bookkeeping']:.3f} ms when called back to back (warm caches)"
     )
     runner_code = sum(code.values())
     print(
