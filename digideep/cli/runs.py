@@ -7,7 +7,7 @@ Imported when the command runs (it loads MLflow); ``digideep runs sync`` is :mod
     digideep runs [--experiment NAME] [--metric KEY] [--tracking-uri URI] [--session-path P | --data-root DIR]
     digideep runs compare RUN|EXPERIMENT|STUDY ... [--metric KEY] [--out PNG]
     digideep runs register RUN [--name NAME] [--model model|best_model]
-    digideep runs export --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] --out FOLDER
+    digideep runs export --benchmark NAME [--experiment E] [--tag KEY=VALUE ...] --out FOLDER [--finished]
     digideep runs ui [--port PORT]
 
 The table shows the train return (``last``, ``best``) and the deterministic test return
@@ -79,6 +79,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
         add_selection_options(parser)
         parser.add_argument("--out", required=True, metavar="FOLDER", help="a new (or empty) folder")
+        parser.add_argument(
+            "--finished",
+            action="store_true",
+            help="only runs that finished (default: every run, each with its status)",
+        )
         return parser
     parser.add_argument(
         "--metric",
@@ -173,7 +178,8 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     check_criteria(args.benchmark, args.experiment, args.tag)  # the cheap checks before the store opens
     criteria = Criteria(args.benchmark, args.experiment, tuple(args.tag))
     check_new_folder(Path(args.out))
-    export = export_runs(open_client(args.tracking_uri, args.data_root), criteria, Path(args.out))
+    client = open_client(args.tracking_uri, args.data_root)
+    export = export_runs(client, criteria, Path(args.out), finished_only=args.finished)
     out.write(f"wrote {len(export.records)} runs of {export.description} to {export.folder}\n")
     return 0
 

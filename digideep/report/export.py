@@ -67,11 +67,15 @@ def check_new_folder(folder: Path) -> None:
         raise UsageError(f"--out {folder} is a file; name a new folder")
 
 
-def export_runs(client: MlflowClient, criteria: Criteria, folder: Path) -> Export:
+def export_runs(
+    client: MlflowClient, criteria: Criteria, folder: Path, finished_only: bool = False
+) -> Export:
     """Write the runs of the store at ``client`` that match ``criteria`` into the new ``folder``.
 
     Parent runs are left out; runs that did not finish are written with their status (a report
-    counts them as left out). The runs must pass every check of a report first.
+    counts them as left out, and reads them with ``--at`` once they reached it), or, with
+    ``finished_only``, left out too: a folder kept as a record of results holds no run that a later
+    export would show further on. The runs must pass every check of a report first.
 
     Raises:
         UsageError: no criterion, ``folder`` not new or empty, or any refusal of
@@ -82,10 +86,14 @@ def export_runs(client: MlflowClient, criteria: Criteria, folder: Path) -> Expor
     source = store_name(client.tracking_uri)
     records = [r for r in read_store(client, criteria) if r.is_cell]
     select_records(records, criteria.describe(), [source])  # refuses what a report would refuse
+    description = criteria.describe()
+    if finished_only:
+        records = [r for r in records if r.status == "FINISHED"]
+        description += ", finished runs only"
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "selection": criteria.describe(),
+        "selection": description,
         "criteria": criteria.as_dict(),
         "store": source,
         "exported": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -104,7 +112,7 @@ def export_runs(client: MlflowClient, criteria: Criteria, folder: Path) -> Expor
         shutil.rmtree(partial, ignore_errors=True)
         raise
     fsync_dir(folder.parent)
-    return Export(folder, criteria.describe(), [replace(r, source=str(folder)) for r in records])
+    return Export(folder, description, [replace(r, source=str(folder)) for r in records])
 
 
 def read_exports(folder: Path) -> list[Export]:

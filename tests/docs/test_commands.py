@@ -44,6 +44,8 @@ ELSEWHERE = {
     r"\.venv/bin/prefect deployment run 'sweep/sweep'": "tests/flows/test_train_flow.py::test_a_sweep_of_two_runs_completes",
     r"\.venv/bin/python bench/bench_": "tests/docs/test_commands.py::test_benchmarks_run_in_quick_mode",
     r"\.venv/bin/prefect deployment run 'tune/": "tests/flows/test_tune.py::test_a_study_prunes_retries_and_continues_without_repeating_trials",
+    # the shipped table's deployments: their matrices pass the benchmark's checks (running one takes days)
+    r"\.venv/bin/prefect deployment run benchmark/mujoco-v5": "tests/flows/test_benchmark.py::test_each_shipped_benchmark_deployment_is_a_matrix_that_passes_its_checks",
     r"(\.venv/bin/)?digideep benchmark ": "tests/flows/test_benchmark.py::test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once",
     r"export AWS_|.*s3://": "tests/docs/test_scaling_out.py::test_the_scaling_out_commands_train_and_resume_in_a_bucket",
     r"\.venv/bin/digideep report --benchmark": "tests/report/test_cli.py::test_report_of_a_benchmark",

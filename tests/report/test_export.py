@@ -135,6 +135,22 @@ def test_exports_of_split_cells_combine_into_the_report_of_one_store(
     assert (tmp_path / "folder-and-store" / "table.txt").read_text() == table
 
 
+def test_an_export_of_finished_runs_leaves_the_run_in_flight_out(
+    stores: dict[str, str], tmp_path: Path
+) -> None:
+    assert _export(stores["a"], tmp_path / "every", "--benchmark", "travel") == 0
+    assert _export(stores["a"], tmp_path / "finished", "--benchmark", "travel", "--finished") == 0
+
+    def statuses(folder: Path) -> list[str]:
+        return sorted(json.loads(path.read_text())["status"] for path in (folder / "runs").glob("*.json"))
+
+    every = statuses(tmp_path / "every")
+    assert every.count("RUNNING") == 1  # store a's seed 3 of SAC on Hopper, in flight
+    assert statuses(tmp_path / "finished") == [s for s in every if s == "FINISHED"]
+    manifest = json.loads((tmp_path / "finished" / "manifest.json").read_text())
+    assert manifest["selection"] == "benchmark travel, finished runs only"
+
+
 def test_a_run_read_twice_counts_once_and_two_runs_of_one_cell_are_refused(
     stores: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
