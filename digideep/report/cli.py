@@ -10,8 +10,8 @@ Prints the per-environment table, writes the PNG figures, ``table.txt`` and one 
 ``report.html`` under ``--out`` (default ``<data_root>/reports/<name>/``), and logs them as artifacts
 ``report/...`` of the benchmark's parent run when the selection is a benchmark read from the store.
 ``--from FOLDER`` (repeatable) reads the folders of ``digideep runs export`` (or every export below a
-folder that collects them) instead of the store, or beside it with ``--with-store``. Every check runs before anything is written; bad input is one line
-and exit code 2.
+folder that collects them) instead of the store, or beside it with ``--with-store``. Every check runs
+before anything is written; bad input is one line and exit code 2.
 """
 
 from __future__ import annotations

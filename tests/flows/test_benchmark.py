@@ -22,6 +22,7 @@ from digideep.benchmark.sb3 import sb3_arguments
 from digideep.errors import UsageError
 from digideep.main import cli
 from digideep.pipeline.evaluation import EvaluationProtocol
+from tests.conftest import REPO
 
 PROTOCOL = EvaluationProtocol(frame_interval=1000, episodes=5, frame_budget=3000)
 
@@ -167,8 +168,7 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
 def test_each_shipped_benchmark_deployment_is_a_matrix_that_passes_its_checks(name):
     import yaml
 
-    root = Path(__file__).resolve().parents[2]
-    deployments = yaml.safe_load((root / "prefect.yaml").read_text())["deployments"]
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
     (parameters,) = [d["parameters"] for d in deployments if d["name"] == name]
     protocol = EvaluationProtocol(
         parameters.get("eval_interval") or parameters["frames"],
