@@ -141,7 +141,7 @@ def write_report(report: Report, folder: Path, text: str, command: str) -> list[
 
 def _select(args: argparse.Namespace) -> tuple[MlflowClient | None, Selection]:
     """The store's client (None when only export folders are read) and the selection of the runs."""
-    from digideep.report.export import read_exports
+    from digideep.report.export import describe_exports, read_exports
     from digideep.report.records import Criteria, parent_run_id, read_store, store_name
     from digideep.report.selection import select_records
     from digideep.tracking.runs import open_client
@@ -158,7 +158,7 @@ def _select(args: argparse.Namespace) -> tuple[MlflowClient | None, Selection]:
         records += [r for r in export.records if criteria.matches(r)]
         sources.append(str(export.folder))
     # without criteria, the exports' own selections name the runs
-    description = criteria.describe() or " and ".join(dict.fromkeys(e.description for e in exports))
+    description = criteria.describe() or describe_exports(exports)
     return client, select_records(records, description, sources, args.last, parent, args.at)
 
 

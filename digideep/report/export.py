@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ __all__ = [
     "VERSION",
     "Export",
     "check_new_folder",
+    "describe_exports",
     "export_runs",
     "read_export",
     "read_exports",
@@ -113,6 +115,17 @@ def export_runs(
         raise
     fsync_dir(folder.parent)
     return Export(folder, description, [replace(r, source=str(folder)) for r in records])
+
+
+def describe_exports(exports: list[Export]) -> str:
+    """The selections of ``exports`` in words, each said once, in order; selections that differ only
+    in the benchmark's name are said together, e.g. ``benchmarks a, b, c (finished runs only)``."""
+    descriptions = list(dict.fromkeys(export.description for export in exports))
+    found = [re.fullmatch(r"benchmark (\S+?)((?:, .*)?)", text) for text in descriptions]
+    if len(descriptions) < 2 or not all(found) or len({match[2] for match in found}) > 1:
+        return " and ".join(descriptions)
+    rest = found[0][2].removeprefix(", ")
+    return f"benchmarks {', '.join(match[1] for match in found)}" + (f" ({rest})" if rest else "")
 
 
 def read_exports(folder: Path) -> list[Export]:

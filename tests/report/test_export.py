@@ -13,7 +13,7 @@ from mlflow.entities import Metric
 from digideep.main import cli
 from digideep.report import export as export_module
 from digideep.report.build import build_report
-from digideep.report.export import read_export
+from digideep.report.export import Export, describe_exports, read_export
 from digideep.report.records import Criteria, read_store
 from digideep.report.references import load_references
 from digideep.report.selection import select_records
@@ -133,6 +133,19 @@ def test_exports_of_split_cells_combine_into_the_report_of_one_store(
     assert (tmp_path / "two-folders" / "table.txt").read_text() == table
     assert (tmp_path / "collected" / "table.txt").read_text() == table
     assert (tmp_path / "folder-and-store" / "table.txt").read_text() == table
+
+
+def test_the_selections_of_several_exports_are_said_once_and_together() -> None:
+    def said(*descriptions: str) -> str:
+        return describe_exports([Export(Path("x"), text, []) for text in descriptions])
+
+    finished = ("benchmark a, finished runs only", "benchmark b-2, finished runs only")
+    assert said(*finished, finished[0]) == "benchmarks a, b-2 (finished runs only)"
+    assert said("benchmark a", "benchmark b") == "benchmarks a, b"
+    assert said("benchmark a, tag env=H", "benchmark b, tag env=H") == "benchmarks a, b (tag env=H)"
+    assert said("benchmark a", "benchmark a") == "benchmark a"
+    assert said("benchmark a", finished[1]) == "benchmark a and benchmark b-2, finished runs only"
+    assert said("experiment e, benchmark a", "benchmark b") == "experiment e, benchmark a and benchmark b"
 
 
 def test_an_export_of_finished_runs_leaves_the_run_in_flight_out(
