@@ -86,12 +86,17 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def add_selection_options(parser: argparse.ArgumentParser) -> None:
-    """``--benchmark``, ``--experiment`` and ``--tag``: which runs to read (all given must match)."""
+    """``--benchmark``, ``--experiment`` and ``--tag``: which runs to read (all given must match; a tag
+    key given more than once matches any of its values)."""
     select = parser.add_argument_group("selection (runs matching all of them)")
     select.add_argument("--benchmark", metavar="NAME", help="the cells of benchmark NAME")
     select.add_argument("--experiment", metavar="NAME", help="runs of MLflow experiment NAME")
     select.add_argument(
-        "--tag", action="append", default=[], metavar="KEY=VALUE", help="runs tagged KEY=VALUE (repeatable)"
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runs tagged KEY=VALUE (repeatable; one KEY repeated: any of its values)",
     )
 
 

@@ -73,7 +73,8 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class Criteria:
-    """Which runs to read: those matching every given criterion (none given: every run).
+    """Which runs to read: those matching every given criterion (none given: every run). A tag key
+    given more than once matches any of its values (``env=A``, ``env=B``: runs on A or on B).
 
     Raises:
         UsageError: a tag that is not ``KEY=VALUE`` (on construction).
@@ -94,22 +95,32 @@ class Criteria:
         """Whether any criterion is given."""
         return bool(self.benchmark or self.experiment or self.tags)
 
-    def pairs(self) -> list[tuple[str, str]]:
-        """The tags a run must carry: ``(key, value)``, the benchmark's tag first."""
-        pairs = [(BENCHMARK_TAG, self.benchmark)] if self.benchmark else []
-        return pairs + [(key, value) for key, _, value in (p.partition("=") for p in self.tags)]
+    def wanted(self) -> list[tuple[str, tuple[str, ...]]]:
+        """What a run must carry: ``(key, values)``, a tag ``key`` with one of ``values``, each pair
+        required; the benchmark's tag first, then each ``--tag`` key with its values in order."""
+        values: dict[str, tuple[str, ...]] = {}
+        for key, _, value in (pair.partition("=") for pair in self.tags):
+            values[key] = tuple(dict.fromkeys((*values.get(key, ()), value)))
+        benchmark = [(BENCHMARK_TAG, (self.benchmark,))] if self.benchmark else []
+        return benchmark + list(values.items())
 
     def describe(self) -> str:
-        """The criteria in words, e.g. ``experiment E, benchmark B, tag env=Hopper-v5``."""
+        """The criteria in words, e.g. ``experiment E, benchmark B, tag env=Hopper-v5 or env=Ant-v5``."""
         words = [f"experiment {self.experiment}"] if self.experiment else []
         words += [f"benchmark {self.benchmark}"] if self.benchmark else []
-        return ", ".join(words + [f"tag {pair}" for pair in self.tags])
+        tags = self.wanted()[1:] if self.benchmark else self.wanted()
+        words += ["tag " + " or ".join(f"{key}={value}" for value in values) for key, values in tags]
+        return ", ".join(words)
+
+    def matches_tags(self, tags: Mapping[str, str]) -> bool:
+        """Whether a run with ``tags`` carries every wanted tag, each with one of its values."""
+        return all(tags.get(key) in values for key, values in self.wanted())
 
     def matches(self, record: RunRecord) -> bool:
         """Whether ``record`` meets every criterion (MLflow's search means the same for a store)."""
         if self.experiment and record.experiment != self.experiment:
             return False
-        return all(record.tags.get(key) == value for key, value in self.pairs())
+        return self.matches_tags(record.tags)
 
     def as_dict(self) -> dict[str, Any]:
         """The criteria as plain values (an export's manifest records them)."""
@@ -131,10 +142,14 @@ def read_store(client: MlflowClient, criteria: Criteria) -> list[RunRecord]:
         names = {found.experiment_id: found.name}
     else:
         names = {e.experiment_id: e.name for e in client.search_experiments()}
-    filters = [f"tags.`{key}` = '{_quoted(value)}'" for key, value in criteria.pairs()]
+    # MLflow's search has no OR for tags: a key of several values is matched here instead
+    wanted = criteria.wanted()
+    filters = [f"tags.`{key}` = '{_quoted(values[0])}'" for key, values in wanted if len(values) == 1]
     source = store_name(client.tracking_uri)
     records = []
     for run in search_runs(client, list(names), filters):
+        if not criteria.matches_tags(run.data.tags):
+            continue
         histories = {
             key: tuple(
                 Point(m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id, key)

@@ -135,6 +135,37 @@ def test_exports_of_split_cells_combine_into_the_report_of_one_store(
     assert (tmp_path / "folder-and-store" / "table.txt").read_text() == table
 
 
+def test_a_tag_key_given_twice_reads_runs_with_either_value(
+    stores: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    either = ("--tag", "env=Hopper-v5", "--tag", "env=Pendulum-v1")
+    assert _report(tmp_path / "every-env", "--tracking-uri", stores["all"], "--benchmark", "travel") == 0
+    assert (
+        _report(tmp_path / "either", "--tracking-uri", stores["all"], "--benchmark", "travel", *either) == 0
+    )
+    assert _export(stores["all"], tmp_path / "exported", "--benchmark", "travel", *either) == 0
+    assert _report(tmp_path / "either-from-export", "--from", str(tmp_path / "exported"), *either) == 0
+    assert _report(tmp_path / "hopper", "--tracking-uri", stores["all"], "--tag", "env=Hopper-v5") == 0
+    capsys.readouterr()
+
+    def table(name: str) -> list[str]:
+        return (tmp_path / name / "table.txt").read_text().splitlines()
+
+    said = (
+        "report of benchmark travel, tag env=Hopper-v5 or env=Pendulum-v1: 12 runs (1 not finished, left out)"
+    )
+    assert table("either")[0].startswith(said)
+    assert table("either")[1:] == table("every-env")[1:]
+    assert table("either-from-export")[1:] == table("either")[1:]
+    rows = [line.split()[0] for line in table("hopper") if line.startswith(("Hopper-v5", "Pendulum-v1"))]
+    assert rows == ["Hopper-v5", "Hopper-v5"]  # one value: that environment only
+    criteria = Criteria("travel", tags=("env=Hopper-v5", "seed=2", "env=Pendulum-v1", "env=Hopper-v5"))
+    assert criteria.wanted()[1:] == [("env", ("Hopper-v5", "Pendulum-v1")), ("seed", ("2",))]
+    assert criteria.matches_tags({"digideep.benchmark": "travel", "env": "Pendulum-v1", "seed": "2"})
+    assert not criteria.matches_tags({"digideep.benchmark": "travel", "env": "Ant-v5", "seed": "2"})
+    assert not criteria.matches_tags({"digideep.benchmark": "other", "env": "Hopper-v5", "seed": "2"})
+
+
 def test_the_selections_of_several_exports_are_said_once_and_together() -> None:
     def said(*descriptions: str) -> str:
         return describe_exports([Export(Path("x"), text, []) for text in descriptions])
