@@ -117,7 +117,7 @@ class Criteria:
         return all(tags.get(key) in values for key, values in self.wanted())
 
     def matches(self, record: RunRecord) -> bool:
-        """Whether ``record`` meets every criterion (MLflow's search means the same for a store)."""
+        """Whether ``record`` meets every criterion (:func:`read_store` reads a store's runs by the same)."""
         if self.experiment and record.experiment != self.experiment:
             return False
         return self.matches_tags(record.tags)
@@ -142,7 +142,8 @@ def read_store(client: MlflowClient, criteria: Criteria) -> list[RunRecord]:
         names = {found.experiment_id: found.name}
     else:
         names = {e.experiment_id: e.name for e in client.search_experiments()}
-    # MLflow's search has no OR for tags: a key of several values is matched here instead
+    # the search is over the chosen experiment only; it has no OR for tags, so a key of several
+    # values is matched on each run found (matches_tags checks every key, the searched ones again)
     wanted = criteria.wanted()
     filters = [f"tags.`{key}` = '{_quoted(values[0])}'" for key, values in wanted if len(values) == 1]
     source = store_name(client.tracking_uri)
@@ -168,7 +169,7 @@ def read_store(client: MlflowClient, criteria: Criteria) -> list[RunRecord]:
                 source=source,
             )
         )
-    return [r for r in records if criteria.matches(r)]
+    return records
 
 
 def search_runs(client: MlflowClient, experiment_ids: list[str], filters: list[str]) -> list[Any]:
