@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from digideep.errors import UsageError
-from digideep.storage.session import DEFAULT_ROOT
+from digideep.storage.location import DEFAULT_ROOT
 
 if TYPE_CHECKING:
     from digideep.benchmark.matrix import Cell

@@ -37,8 +37,7 @@ from digideep.pipeline.signals import (
     raise_if_stopped,
 )
 from digideep.pipeline.training import close_run, open_run, run_training
-from digideep.storage.location import Location
-from digideep.storage.session import DEFAULT_ROOT
+from digideep.storage.location import DEFAULT_ROOT, Location
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from flows.granularity import TaskGranularity
 from flows.recovery import recover_killed_attempt

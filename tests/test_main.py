@@ -66,6 +66,25 @@ def test_console_script_help_lists_the_subcommands(argv, commands):
         assert command in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["report", "--help"], ["benchmark", "--help"], ["slurm", "--help"]]
+)
+def test_the_parser_loads_no_training_library(argv):
+    """Help and the commands that train nothing answer without torch, MLflow or Prefect (seconds of
+    imports): those load when a command that needs them runs."""
+    code = (
+        "import sys\n"
+        "from digideep.main import cli\n"
+        "try:\n"
+        f"    cli({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'prefect'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:] + result.stderr[-2000:]
+
+
 def test_existing_session_name_is_refused_without_touching_it(params_project):
     existing = params_project / "data" / "sessions" / "taken"
     existing.mkdir(parents=True)

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from digideep.errors import UsageError
-from digideep.storage.location import is_url
-from digideep.storage.session import DEFAULT_ROOT
+from digideep.storage.location import DEFAULT_ROOT, is_url
 
 __all__ = [
     "EXIT_STATUS",

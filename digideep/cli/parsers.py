@@ -13,9 +13,29 @@ from digideep.cli.options import (
     add_trial_option,
 )
 from digideep.cli.play import command_play
-from digideep.cli.train import command_resume, command_train
 
-__all__ = ["build_cli_parser", "build_main_parser", "command_envs", "command_runs"]
+__all__ = [
+    "build_cli_parser",
+    "build_main_parser",
+    "command_envs",
+    "command_resume",
+    "command_runs",
+    "command_train",
+]
+
+
+def command_train(args: argparse.Namespace) -> int:
+    """Train from a parameter file (:func:`digideep.cli.train.command_train`)."""
+    from digideep.cli.train import command_train as train  # torch loads only when a command trains
+
+    return train(args)
+
+
+def command_resume(args: argparse.Namespace) -> int:
+    """Continue a session from its newest checkpoint (:func:`digideep.cli.train.command_resume`)."""
+    from digideep.cli.train import command_resume as resume
+
+    return resume(args)
 
 
 def command_runs(args: argparse.Namespace) -> int:

@@ -11,8 +11,7 @@ from pathlib import Path
 from digideep.slurm import cluster as slurm
 from digideep.slurm.config import SlurmConfig, load_config
 from digideep.slurm.job import TrainingJob, digideep_executable
-from digideep.storage.location import is_url
-from digideep.storage.session import DEFAULT_ROOT
+from digideep.storage.location import DEFAULT_ROOT, is_url
 
 __all__ = [
     "absolute_root",

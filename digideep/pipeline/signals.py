@@ -76,7 +76,7 @@ class RunStoppedError(Exception):
     """
 
     def __init__(self, reason: str, iteration: int, session_name: str, session_path: str | Path) -> None:
-        from digideep.storage.session import DEFAULT_ROOT  # (imports torch: not before the handler is in)
+        from digideep.storage.location import DEFAULT_ROOT
 
         command = f"digideep resume {shlex.quote(session_name)}"
         if str(session_path) != str(DEFAULT_ROOT):

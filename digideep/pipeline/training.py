@@ -24,7 +24,8 @@ from digideep.pipeline.resuming import resume
 from digideep.pipeline.run_logging import RunLog
 from digideep.pipeline.runner import IterationGroup, Runner, StageCall, call_directly
 from digideep.pipeline.signals import raise_if_stopped
-from digideep.storage.session import DEFAULT_ROOT, Session
+from digideep.storage.location import DEFAULT_ROOT
+from digideep.storage.session import Session
 from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.utility.progress import ProgressBar
 from digideep.utility.user_code import IMPORT_PATHS, code_folders, use_code_folders

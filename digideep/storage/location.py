@@ -41,7 +41,7 @@ from digideep.storage.retry import BOTOCORE_RETRIES, retrying
 if TYPE_CHECKING:
     import zarr
 
-__all__ = ["Location", "client_options", "environment_options", "is_url", "location_of"]
+__all__ = ["DEFAULT_ROOT", "Location", "client_options", "environment_options", "is_url", "location_of"]
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}
@@ -49,6 +49,8 @@ _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "
 T = TypeVar("T")
 PROBE_SECONDS = 8.0
 """How long :meth:`Location.check` waits for the store to answer before giving up."""
+DEFAULT_ROOT = Path("data") / "sessions"
+"""Where sessions are made when no ``--session-path`` is given (relative to the working folder)."""
 
 
 def is_url(text: str | Path) -> bool:

@@ -64,7 +64,7 @@ from digideep.errors import UsageError
 from digideep.storage.held_lease import exit_process
 from digideep.storage.lease import acquire_session_lease
 from digideep.storage.lease_store import LEASE_FILE
-from digideep.storage.location import Location
+from digideep.storage.location import DEFAULT_ROOT, Location
 from digideep.storage.saved_run import CheckpointRead, SavedRun, checkpoints_newest_first
 from digideep.storage.session_lock import LOCK_FILES, FolderLock, lease_ttl
 from digideep.storage.upload_cache import UploadCache, restore_working_files, working_folder
@@ -78,8 +78,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ROOT = Path("data") / "sessions"
 
 
 def default_session_name(params_name: str) -> str:
