@@ -1,4 +1,4 @@
-"""A Prefect server and process worker for a test module: the one fixture body of the flow tests."""
+"""A Prefect server and process worker for the flow tests, and this process's client pointed at one."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from tests.helpers import free_port
 
 
 @contextmanager
-def local_stack(home: Path, mlflow_uri: str, **extra_env: str) -> Iterator[LocalStack]:
+def running_stack(home: Path, mlflow_uri: str, **extra_env: str) -> Iterator[LocalStack]:
     """``LocalStack`` on a free port with the deployments of prefect.yaml, its worker tracking to
-    ``mlflow_uri``, and this process's Prefect client pointed at it; stopped on the way out, after
-    what flows run here left queued reached it."""
+    ``mlflow_uri``; stopped, with every process it started, on the way out."""
     local = LocalStack(
         port=free_port(),
         home=home,
@@ -29,13 +28,27 @@ def local_stack(home: Path, mlflow_uri: str, **extra_env: str) -> Iterator[Local
     )
     try:
         local.up()
-        with temporary_settings({PREFECT_API_URL: local.api_url}):
-            try:
-                yield local
-            finally:
-                drain_prefect_clients()
+        yield local
     finally:
         local.stop()
+
+
+@contextmanager
+def client_of(local: LocalStack) -> Iterator[LocalStack]:
+    """This process's Prefect client pointed at ``local`` in the block; what flows run here left
+    queued reaches it on the way out."""
+    with temporary_settings({PREFECT_API_URL: local.api_url}):
+        try:
+            yield local
+        finally:
+            drain_prefect_clients()
+
+
+@contextmanager
+def local_stack(home: Path, mlflow_uri: str, **extra_env: str) -> Iterator[LocalStack]:
+    """:func:`running_stack` with this process's client pointed at it (:func:`client_of`)."""
+    with running_stack(home, mlflow_uri, **extra_env) as local, client_of(local):
+        yield local
 
 
 def drain_prefect_clients(timeout: float = 30.0) -> None:

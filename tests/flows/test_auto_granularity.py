@@ -15,7 +15,6 @@ from digideep.pipeline.training import open_run, run_training
 from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
 from flows.granularity import TaskGranularity
 from flows.train import train
-from tests.flows.test_train_flow import stack  # noqa: F401 (fixture: a real server and worker)
 from tests.helpers import assert_same_tensors
 
 SHORT = {"number_epochs": 2, "epoch_size": 3, "n_steps": 16, "num_workers": 2, "n_epochs": 2,
@@ -24,7 +23,7 @@ SHORT = {"number_epochs": 2, "epoch_size": 3, "n_steps": 16, "num_workers": 2, "
 
 
 def test_auto_groups_short_iterations_into_tasks_and_trains_what_the_plain_loop_trains(
-    stack,  # noqa: F811
+    stack,
     tmp_path,
     monkeypatch,
     mlflow_uri,

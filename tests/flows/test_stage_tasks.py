@@ -14,7 +14,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from digideep.errors import UsageError
 from flows.recovery import KILLED_PREFIX
 from flows.train import STAGE_TASKS, stage_timeouts
-from tests.flows.test_train_flow import flow_run_logs, flow_run_name, stack, start, wait  # noqa: F401 (stack)
+from tests.flows.test_train_flow import flow_run_logs, flow_run_name, start, wait
 
 STAGES = {"explore", "store", "sample", "update", "test", "log", "checkpoint"}
 
@@ -29,7 +29,7 @@ def task_of(task_run) -> str:
     return task_run.task_key.rsplit("-", 1)[0]
 
 
-def test_a_hung_stage_fails_its_task_and_the_run_and_a_retry_resumes_it(stack, tmp_path):  # noqa: F811
+def test_a_hung_stage_fails_its_task_and_the_run_and_a_retry_resumes_it(stack, tmp_path):
     sessions = tmp_path / "sessions"
     marker = tmp_path / "hang-begun"
     cpanel = {"update_timeout": 10.0, "hang_at_update": 3, "marker": str(marker)}

@@ -17,9 +17,7 @@ from prefect.client.schemas.objects import State, StateType
 from prefect.client.schemas.responses import SetStateStatus
 
 from digideep.storage.checkpoint import find_checkpoints, latest_checkpoint
-from tests.flows.test_train_flow import TINY, flow_run_name, stack, start, wait
-
-__all__ = ["stack"]  # the module's Prefect server and worker (tests/flows/test_train_flow.py)
+from tests.flows.test_train_flow import TINY, flow_run_name, start, wait
 
 
 def flow_run_process(flow_run_id: str, timeout: float = 120) -> psutil.Process:

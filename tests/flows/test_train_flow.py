@@ -20,7 +20,6 @@ from digideep.memory import Memory
 from digideep.storage.checkpoint import latest_checkpoint, load_checkpoint
 from digideep.storage.location import Location
 from digideep_stack.local_stack import LocalStack
-from tests.flows.stacks import local_stack
 from tests.helpers import assert_same_tensors
 from tests.pipeline.test_resume import final_state, run, train_command
 
@@ -28,13 +27,6 @@ TINY = {"number_epochs": 6, "epoch_size": 1, "n_steps": 20, "learning_starts": 2
         "hidden_sizes": [32, 32], "save_interval": 1, "test_interval": 3, "test_episodes": 1,
         "buffer_size": 1000}  # fmt: skip
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, mlflow_uri, s3_server):
-    # sessions on s3:// reach the test's S3 server
-    with local_stack(tmp_path_factory.mktemp("prefect"), mlflow_uri, **s3_server.env) as local:
-        yield local
 
 
 def start(deployment: str, parameters: dict) -> str:
