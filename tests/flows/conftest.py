@@ -1,4 +1,4 @@
-"""The Prefect server and worker that the train flow's test files share."""
+"""The Prefect server and worker that the flow tests share (tests/flows/test_tune.py, slow, has its own)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,17 @@ from tests.flows.stacks import client_of, running_stack
 
 
 @pytest.fixture(scope="session")
-def shared_stack(tmp_path_factory, mlflow_uri, s3_server):
+def fault_markers(tmp_path_factory):
+    """Where the benchmark tests' cells (tests/flows/faulty_cell.py, stalled_cell.py) keep their markers."""
+    return tmp_path_factory.mktemp("benchmark-faults")
+
+
+@pytest.fixture(scope="session")
+def shared_stack(tmp_path_factory, mlflow_uri, s3_server, fault_markers):
     """One server and worker for every file that asks for ``stack`` (starting one takes 30-70 s); its
     worker's sessions on s3:// reach the test's S3 server."""
-    with running_stack(tmp_path_factory.mktemp("prefect"), mlflow_uri, **s3_server.env) as local:
+    env = {**s3_server.env, "DIGIDEEP_BENCHMARK_TEST_DIR": str(fault_markers)}
+    with running_stack(tmp_path_factory.mktemp("prefect"), mlflow_uri, **env) as local:
         yield local
 
 

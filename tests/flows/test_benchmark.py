@@ -209,7 +209,7 @@ def test_sb3_cells_take_the_knobs_a_like_for_like_comparison_needs_and_leave_the
 
 
 def test_sb3_cells_in_the_flow_run_once_and_a_second_run_of_the_benchmark_skips_them(
-    bench_stack, tmp_path, mlflow_uri, monkeypatch
+    stack, tmp_path, mlflow_uri, monkeypatch
 ):
     """SB3 cells run as tasks of the benchmark's own flow run (here in this process, on the test's
     server; no worker needed); a benchmark run again under its name finds them finished and trains
@@ -266,20 +266,6 @@ ALGORITHMS = ["tests.flows.faulty_cell", "params.pendulum_td3"]  # SAC, whose se
 ENVS = ["Pendulum-v1", "MountainCarContinuous-v0"]
 
 
-@pytest.fixture(scope="module")
-def fault_markers(tmp_path_factory):
-    return tmp_path_factory.mktemp("benchmark-faults")
-
-
-@pytest.fixture(scope="module")
-def bench_stack(tmp_path_factory, mlflow_uri, fault_markers):
-    from tests.flows.stacks import local_stack
-
-    home = tmp_path_factory.mktemp("prefect-benchmark")
-    with local_stack(home, mlflow_uri, DIGIDEEP_BENCHMARK_TEST_DIR=str(fault_markers)) as local:
-        yield local
-
-
 @pytest.mark.parametrize(
     ("algorithms", "envs", "seeds"),
     [
@@ -289,10 +275,10 @@ def bench_stack(tmp_path_factory, mlflow_uri, fault_markers):
     ],
 )
 def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
-    bench_stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
+    stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys, algorithms, envs, seeds
 ):
     from digideep.benchmark import records
-    from tests.flows.test_train_flow import wait
+    from tests.flows.test_train_flow import wait, wait_until_the_worker_is_done_with
 
     sessions = tmp_path / "sessions"
     name = f"tiny-{len(algorithms) * len(envs) * len(seeds)}"
@@ -302,7 +288,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
         for e in envs
         for s in seeds
     ]
-    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    monkeypatch.setenv("PREFECT_API_URL", stack.api_url)
     monkeypatch.setenv("DIGIDEEP_BENCHMARK_TEST_DIR", str(fault_markers))  # the CLI checks the matrix here
     argv = ["benchmark", "--params", *algorithms, "--env", *envs, "--seeds", *map(str, seeds), "--frames", "150",
             "--eval-interval", "50", "--eval-episodes", "1", "--cpanel", json.dumps(TINY), "--name", name,
@@ -311,16 +297,15 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
     benchmark_id = capsys.readouterr().out.split(" flow run ")[1].split()[0]
     client = MlflowClient(mlflow_uri)
     _wait_for_finished_cells(client, name, at_least=len(cells) // 3)
-    seen = _workers_done(bench_stack)
     _kill_flow_run_process(benchmark_id)  # as a machine that dies: no state change, no cleanup
-    assert wait(benchmark_id, bench_stack, timeout=120, states={"CRASHED", "FAILED"}) == "CRASHED"
-    _wait_for_the_worker(bench_stack, seen)
+    assert wait(benchmark_id, stack, timeout=120, states={"CRASHED", "FAILED"}) == "CRASHED"
+    # the worker proposes CRASHED itself once it has seen the process exit: a retry before that
+    # would be crashed by it (a race of Prefect's, not digideep's: a user who retries at once meets it too)
+    wait_until_the_worker_is_done_with(benchmark_id)
     assert len(_finished(client, name)) < len(cells), "the benchmark was killed after its last cell"
 
-    bench_stack.run("flow-run", "retry", benchmark_id)  # what the UI's Retry button does
-    assert (
-        wait(benchmark_id, bench_stack, timeout=900, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
-    )
+    stack.run("flow-run", "retry", benchmark_id)  # what the UI's Retry button does
+    assert wait(benchmark_id, stack, timeout=900, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
 
     (parent,) = client.search_runs(
         [client.get_experiment_by_name("benchmarks").experiment_id],
@@ -353,7 +338,7 @@ def test_a_benchmark_killed_half_way_and_retried_runs_every_cell_once(
 
 
 def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_cell(
-    bench_stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys
+    stack, fault_markers, tmp_path, mlflow_uri, monkeypatch, capsys
 ):
     """Prefect cancels every unfinished subflow of a cancelled flow run, whoever sets it going again:
     the new benchmark continues the cancelled cell's session in a new train run, in the same MLflow run.
@@ -367,7 +352,7 @@ def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_ce
 
     sessions, name = tmp_path / "sessions", "tiny-cancelled"
     cell = {"algorithm": "tests.flows.stalled_cell", "env": "Pendulum-v1", "seed": 0, "variant": "default"}
-    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    monkeypatch.setenv("PREFECT_API_URL", stack.api_url)
     monkeypatch.setenv("DIGIDEEP_BENCHMARK_TEST_DIR", str(fault_markers))  # the CLI checks the matrix here
     argv = ["benchmark", "--params", cell["algorithm"], "--env", cell["env"], "--seeds", "0", "--frames", "4000",
             "--eval-interval", "1000", "--eval-episodes", "1", "--cpanel", json.dumps(TINY), "--name", name,
@@ -383,14 +368,14 @@ def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_ce
     while not (stalled.exists() and list(sessions.glob("*/checkpoints/*/commit.json"))):
         assert time.monotonic() < deadline, "the cell did not checkpoint and stall in 300 s"
         time.sleep(0.2)
-    bench_stack.run("flow-run", "cancel", first)
-    assert wait(first, bench_stack, timeout=120, states={"CANCELLED"}) == "CANCELLED"
+    stack.run("flow-run", "cancel", first)
+    assert wait(first, stack, timeout=120, states={"CANCELLED"}) == "CANCELLED"
     (session,) = sessions.iterdir()
     cancelled = json.loads((session / "session.json").read_text())["prefect_flow_run_id"]
-    assert wait(cancelled, bench_stack, timeout=120, states={"CANCELLED", "COMPLETED"}) == "CANCELLED"
+    assert wait(cancelled, stack, timeout=120, states={"CANCELLED", "COMPLETED"}) == "CANCELLED"
 
     second = start()
-    assert wait(second, bench_stack, timeout=600, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    assert wait(second, stack, timeout=600, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
     assert [p.name for p in sessions.iterdir()] == [session.name]  # the same session, continued
     info = json.loads((session / "session.json").read_text())
     assert info["prefect_flow_run_id"] != cancelled and info["resumes"] == 1
@@ -400,7 +385,7 @@ def test_a_benchmark_cancelled_and_started_again_under_its_name_continues_its_ce
     assert sorted(m.step for m in history) == list(range(1000, 4001, 1000))
 
 
-def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_running(bench_stack, monkeypatch):
+def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_running(stack, monkeypatch):
     """A killed attempt's SB3 cell task ends with nobody to report it: the retry marks it Crashed."""
     import logging
 
@@ -410,7 +395,7 @@ def test_a_retried_benchmark_crashes_the_task_runs_its_killed_attempt_left_runni
 
     from flows.recovery import crash_killed_tasks
 
-    monkeypatch.setenv("PREFECT_API_URL", bench_stack.api_url)
+    monkeypatch.setenv("PREFECT_API_URL", stack.api_url)
 
     @task(name="sb3_cell")
     def cell() -> None: ...
@@ -441,24 +426,6 @@ def _unfinished_task_runs(flow_run_id: str) -> list[str]:
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
         )
     return [t.name for t in task_runs if t.state is not None and t.state.type.value in ("RUNNING", "PENDING")]
-
-
-WORKER_DONE = "prefect.flow_runs.worker - Check whether the flow run exceeded its memory allocation"
-"""What the worker logs once it has seen a killed flow run's process exit (Prefect 3's wording)."""
-
-
-def _workers_done(stack) -> int:
-    return (stack.log_folder / "worker.log").read_text().count(WORKER_DONE)
-
-
-def _wait_for_the_worker(stack, before: int, timeout: float = 120) -> None:
-    """Wait until the worker has seen the killed process exit: it then proposes CRASHED itself, and
-    that proposal, arriving after a retry, would crash the retried run (a race of Prefect's, not
-    digideep's: a user who retries at once meets it too)."""
-    deadline = time.monotonic() + timeout
-    while _workers_done(stack) <= before:
-        assert time.monotonic() < deadline, "the worker did not see the killed flow run's process exit"
-        time.sleep(0.5)
 
 
 def _finished(client: MlflowClient, name: str) -> list:
