@@ -1,6 +1,7 @@
 """The report's statistics, all computed by rliable (Agarwal et al., NeurIPS 2021): its bootstrap, and
-its metrics (two of them, the IQM at each evaluation point and P(X > Y), evaluated in one vectorized
-scipy call per resample where rliable makes one per point or task).
+its metrics (three of them, the score distribution at each threshold, the IQM at each evaluation point
+and P(X > Y), evaluated in one vectorized call per resample where rliable makes one per threshold,
+point or task).
 
 Score matrices are ``(runs, tasks) float64`` (a task is an environment, a run a seed), curves
 ``(runs, tasks, points) float64``. Every interval is rliable's stratified bootstrap, percentile
@@ -127,8 +128,19 @@ def performance_profiles(
     """The fraction of runs scoring above each ``tau``: ``profiles[g]: (taus,)``, ``bands[g]: (2, taus)``."""
     with seeded(seed):
         return rly.create_performance_profile(
-            dict(score_dict), taus, reps=reps, confidence_interval_size=CONFIDENCE
+            dict(score_dict),
+            taus,
+            custom_profile_func=_score_distributions,
+            reps=reps,
+            confidence_interval_size=CONFIDENCE,
         )
+
+
+def _score_distributions(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """rliable's ``score_distributions`` (the fraction of all runs' scores above each ``tau``) for every
+    ``tau`` in one comparison, where rliable's ``np.vectorize`` makes one call per ``tau``: the same
+    values, bit for bit, 100x faster per resample at the report's 101 thresholds."""
+    return (scores.reshape(-1, 1) > taus).mean(axis=0)
 
 
 def sample_efficiency(
