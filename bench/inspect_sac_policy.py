@@ -92,7 +92,7 @@ def load_sb3(path: str, env_id: str | None) -> Loaded:
     def q(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return torch.cat(model.critic(obs, actions), dim=1).min(dim=1).values
 
-    return Loaded(env_id, head, sample, q, float(model.log_ent_coef.exp()))
+    return Loaded(env_id, head, sample, q, float(model.log_ent_coef.detach().exp()))
 
 
 def rollout(env: gym.Env, seed: int, act: Act) -> dict[str, Any]:

@@ -67,11 +67,20 @@ def test_console_script_help_lists_the_subcommands(argv, commands):
 
 
 @pytest.mark.parametrize(
-    "argv", [["--help"], ["report", "--help"], ["benchmark", "--help"], ["slurm", "--help"]]
+    "argv",
+    [
+        ["--help"],
+        ["report", "--help"],
+        ["benchmark", "--help"],
+        ["slurm", "--help"],
+        ["runs", "--help"],
+        ["runs", "export", "--help"],
+        ["runs", "compare"],  # a usage error: no run given
+    ],
 )
 def test_the_parser_loads_no_training_library(argv):
-    """Help and the commands that train nothing answer without torch, MLflow or Prefect (seconds of
-    imports): those load when a command that needs them runs."""
+    """Help and bad input answer without torch, MLflow or Prefect (seconds of imports): those load
+    when a command that needs them runs."""
     code = (
         "import sys\n"
         "from digideep.main import cli\n"

@@ -1,6 +1,7 @@
 """``digideep runs``: list, compare and register the runs tracked in MLflow, and start its UI.
 
-Imported when the command runs (it loads MLflow); ``digideep runs sync`` is :mod:`digideep.cli.sync`.
+Imported when the command runs; MLflow loads once its arguments parse, so ``--help`` and bad input answer
+at once. ``digideep runs sync`` is :mod:`digideep.cli.sync`.
 
 ::
 
@@ -27,22 +28,21 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
-
-from mlflow import MlflowClient
+from typing import TYPE_CHECKING, TextIO
 
 from digideep.errors import UsageError
-from digideep.tracking.failures import http_limits
-from digideep.tracking.naming import add_store_options, data_root_of, is_http_uri, resolve_tracking_uri
-from digideep.tracking.runs import (
-    COMPARE_METRIC,
-    DEFAULT_RETURN_METRIC,
-    compare_runs,
-    format_table,
-    list_runs,
-    open_client,
+from digideep.tracking.naming import (
+    TEST_RETURN_METRIC,
+    TRAIN_RETURN_METRIC,
+    add_store_options,
+    data_root_of,
+    is_http_uri,
+    resolve_tracking_uri,
 )
 from digideep.utility.processes import check_port_free, stop_on_signals, stop_tree
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 __all__ = ["main_runs"]
 
@@ -87,7 +87,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         return parser
     parser.add_argument(
         "--metric",
-        default=COMPARE_METRIC if command == "compare" else DEFAULT_RETURN_METRIC,
+        default=TEST_RETURN_METRIC if command == "compare" else TRAIN_RETURN_METRIC,
         help="return metric (default: %(default)s)",
     )
     if command == "compare":
@@ -122,6 +122,8 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
         args.data_root = str(data_root_of(args.session_path))
     if command == "ui":
         return _run_ui(args.tracking_uri, args.data_root, args.port)
+    from digideep.tracking.failures import http_limits  # MLflow loads once the arguments are good
+
     with http_limits(
         retries=2, timeout=30
     ):  # a server that stops answering fails the command, never hangs it
@@ -129,6 +131,8 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
 
 
 def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
+    from digideep.tracking.runs import compare_runs, format_table, list_runs, open_client
+
     if command == "export":
         return _export(args, out)
     client = open_client(args.tracking_uri, args.data_root)
@@ -174,6 +178,7 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     from digideep.report.export import check_new_folder, export_runs
     from digideep.report.records import Criteria
     from digideep.report.selection import check_criteria
+    from digideep.tracking.runs import open_client
 
     check_criteria(args.benchmark, args.experiment, args.tag)  # the cheap checks before the store opens
     criteria = Criteria(args.benchmark, args.experiment, tuple(args.tag))

@@ -60,7 +60,11 @@ MAX_PARAMS_PER_BATCH = 100
 DEFAULT_DATA_ROOT = Path("data")
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 """Tags of the experiments digideep creates: MLflow 3's UI opens them in its model-training view."""
-DEFAULT_CURVE_METRICS = ("explore/train/episode_return", "explore/test/episode_return")
+TRAIN_RETURN_METRIC = "explore/train/episode_return"
+"""The stochastic training return: what ``digideep runs`` lists by default."""
+TEST_RETURN_METRIC = "explore/test/episode_return"
+"""The deterministic test return, the score a run is judged by: what ``runs compare`` plots by default."""
+DEFAULT_CURVE_METRICS = (TRAIN_RETURN_METRIC, TEST_RETURN_METRIC)
 """The metrics of a learning curve (the run's ``plots/learning_curve.png``, ``digideep runs compare``)."""
 
 _BAD_CHARACTERS = re.compile(r"[^/\w.\- :]")

@@ -24,6 +24,8 @@ from digideep.tracking.failures import http_limits, one_line
 from digideep.tracking.naming import (
     DEFAULT_CURVE_METRICS,
     DEFAULT_DATA_ROOT,
+    TEST_RETURN_METRIC,
+    TRAIN_RETURN_METRIC,
     mlflow_key,
     sqlite_path,
     tracking_uri_of,
@@ -31,7 +33,6 @@ from digideep.tracking.naming import (
 from digideep.tracking.plots import plot_learning_curves
 
 __all__ = [
-    "DEFAULT_RETURN_METRIC",
     "compare_runs",
     "differing_params",
     "format_table",
@@ -41,10 +42,6 @@ __all__ = [
     "write_run_curves",
 ]
 
-DEFAULT_RETURN_METRIC = "explore/train/episode_return"
-COMPARE_METRIC = "explore/test/episode_return"
-"""What ``runs compare`` plots by default: the deterministic test return, the score a run is judged by."""
-TEST_RETURN_METRIC = "explore/test/episode_return"
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "optuna.study"
 MAX_PARAM_COLUMNS = 8
@@ -92,7 +89,7 @@ def differing_params(params: Sequence[Mapping[str, str]]) -> list[str]:
 def list_runs(
     experiment: str,
     tracking_uri: str | None = None,
-    metric: str = DEFAULT_RETURN_METRIC,
+    metric: str = TRAIN_RETURN_METRIC,
     *,
     data_root: str | Path = DEFAULT_DATA_ROOT,
     max_runs: int = 200,
@@ -232,7 +229,7 @@ def write_learning_curve(
 
 def compare_runs(
     run_ids: Sequence[str],
-    metric: str = COMPARE_METRIC,
+    metric: str = TEST_RETURN_METRIC,
     out_png: str | Path = "runs_compare.png",
     tracking_uri: str | None = None,
     *,
