@@ -162,9 +162,16 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="episodes of each kind (default 10)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    from digideep.errors import UsageError
+
     for path in args.policies:
+        if not Path(path).exists():
+            sys.exit(f"{path}: no such checkpoint folder or model.zip")
         torch.manual_seed(0)
-        loaded = load_sb3(path, args.env) if path.endswith(".zip") else load_digideep(path)
+        try:
+            loaded = load_sb3(path, args.env) if path.endswith(".zip") else load_digideep(path)
+        except UsageError as error:
+            sys.exit(str(error))
         print(f"{path}: {inspect(loaded, args.episodes)}")
 
 
