@@ -16,8 +16,8 @@ Stable-Baselines3 ``SAC`` ``model.zip`` (``--env`` names its environment). For e
   on stochastic episodes (reset seeds 20,000 on; ``G_t = r_t + gamma (G_{t+1} - alpha log pi(a_{t+1} |
   s_{t+1}))``, the last 300 steps of a truncated episode left out for lack of their tail).
 
-Both libraries' policies act in ``[-1, 1]``, mapped to the bounds by the environment here as in
-training (MuJoCo's bounds are ``[-1, 1]`` but for Humanoid's), so the figures compare like with like.
+Both libraries' policies act in ``[-1, 1]``; the tool maps their actions to the environment's bounds as
+both do in training, so the figures compare like with like.
 """
 
 from __future__ import annotations
@@ -97,8 +97,10 @@ def load_sb3(path: str, env_id: str | None) -> Loaded:
 
 def rollout(env: gym.Env, seed: int, act: Act) -> dict[str, Any]:
     """One episode from ``reset(seed=seed)``: per step the float32 observation ``(1, D)``, the action
-    ``(1, A)`` and its log-probability as ``act`` gives them, the reward; and whether it was truncated."""
+    ``(1, A)`` in ``[-1, 1]`` and its log-probability as ``act`` gives them (the environment gets the
+    action mapped to its bounds), the reward; and whether it was truncated."""
     obs, _ = env.reset(seed=seed)
+    low, high = env.action_space.low, env.action_space.high
     steps: dict[str, Any] = {"obs": [], "actions": [], "log_prob": [], "rewards": []}
     done = truncated = False
     while not done:
@@ -108,7 +110,7 @@ def rollout(env: gym.Env, seed: int, act: Act) -> dict[str, Any]:
         steps["obs"].append(o)
         steps["actions"].append(a)
         steps["log_prob"].append(float(log_prob[0]))
-        obs, reward, terminated, truncated, _ = env.step(a[0].numpy())
+        obs, reward, terminated, truncated, _ = env.step(low + (a[0].numpy() + 1.0) * (high - low) / 2)
         steps["rewards"].append(float(reward))
         done = terminated or truncated
     steps["truncated"] = truncated
