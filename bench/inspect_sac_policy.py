@@ -56,11 +56,10 @@ class Loaded:
 
 
 def load_digideep(folder: str) -> Loaded:
-    from digideep.storage.checkpoint import load_checkpoint
+    from digideep.storage.checkpoint import read_runner_info
     from digideep.tracking.model import build_policy
 
-    info, _ = load_checkpoint(folder)
-    env = info["params"]["env"]
+    env = read_runner_info(folder)["params"]["env"]  # runner.json only: build_policy reads the states
     if env.get("wrappers") or env.get("vector_wrappers"):
         sys.exit(f"{folder}: a run with environment wrappers; this tool reads plain MuJoCo tasks only")
     policy = build_policy(folder)[0].policy
