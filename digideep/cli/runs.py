@@ -131,10 +131,10 @@ def main_runs(argv: Sequence[str] | None = None, out: TextIO | None = None) -> i
 
 
 def _list_or_compare(command: str, args: argparse.Namespace, out: TextIO) -> int:
-    from digideep.tracking.runs import compare_runs, format_table, list_runs, open_client
-
     if command == "export":
         return _export(args, out)
+    from digideep.tracking.runs import compare_runs, format_table, list_runs, open_client
+
     client = open_client(args.tracking_uri, args.data_root)
     if command == "register":
         return _register(client, args, out)
