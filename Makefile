@@ -7,9 +7,10 @@ BIN    := $(VENV)/bin
 PARAMS ?= params.pendulum_sac
 CPANEL ?= {}
 PYTEST_ARGS ?=
-# test processes: the suite mostly waits on subprocesses and servers, so 2 use both cores of a
-# 2-core machine; each file runs whole in one process (its servers are module fixtures)
-TEST_WORKERS ?= 2
+# test processes: the suite's processes wait on subprocesses and servers part of the time, so 3 keep
+# both cores of a 2-core machine busier than 2 (docs/developing.md gives the figures); each file runs
+# whole in one process (its servers are module fixtures)
+TEST_WORKERS ?= 3
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MUJOCO_GL ?= egl
