@@ -58,8 +58,13 @@ def gen_params(cpanel):
 
 @pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One embedded MLflow store for the whole test session (creating one costs seconds)."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    """One embedded MLflow store for the whole test session (creating one costs seconds), made as
+    digideep makes one: its Default experiment keeps artifacts beside it, not in the cwd (the repository)."""
+    from digideep.tracking.naming import ensure_store
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    ensure_store(uri)
+    return uri
 
 
 @pytest.fixture
