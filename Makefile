@@ -8,7 +8,7 @@ PARAMS ?= params.pendulum_sac
 CPANEL ?= {}
 PYTEST_ARGS ?=
 # test processes: the suite's processes wait on subprocesses and servers part of the time, so 3 keep
-# both cores of a 2-core machine busier than 2 (docs/developing.md gives the figures); each file runs
+# both cores of a 2-core machine busier than 2 (docs/measurements.md gives the figures); each file runs
 # whole in one process (its servers are module fixtures)
 TEST_WORKERS ?= 3
 
