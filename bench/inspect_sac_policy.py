@@ -38,6 +38,8 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from digideep.agents.utils import BoxScaler  # noqa: E402
+
 GAMMA = 0.99
 SATURATED = 5.0  # |u| past which the two squash corrections part
 
@@ -99,7 +101,7 @@ def rollout(env: gym.Env, seed: int, act: Act) -> dict[str, Any]:
     ``(1, A)`` in ``[-1, 1]`` and its log-probability as ``act`` gives them (the environment gets the
     action mapped to its bounds), the reward; and whether it was truncated."""
     obs, _ = env.reset(seed=seed)
-    low, high = env.action_space.low, env.action_space.high
+    scaler = BoxScaler(env.action_space, torch.device("cpu"))  # as both libraries map their actions
     steps: dict[str, Any] = {"obs": [], "actions": [], "log_prob": [], "rewards": []}
     done = truncated = False
     while not done:
@@ -109,7 +111,7 @@ def rollout(env: gym.Env, seed: int, act: Act) -> dict[str, Any]:
         steps["obs"].append(o)
         steps["actions"].append(a)
         steps["log_prob"].append(float(log_prob[0]))
-        obs, reward, terminated, truncated, _ = env.step(low + (a[0].numpy() + 1.0) * (high - low) / 2)
+        obs, reward, terminated, truncated, _ = env.step(scaler.to_env(a[0]).numpy())
         steps["rewards"].append(float(reward))
         done = terminated or truncated
     steps["truncated"] = truncated
