@@ -215,6 +215,10 @@ def ensure_store(uri: str) -> None:
 def open_experiment(client: Any, name: str, artifact_location: str | None = None) -> str:
     """The id of experiment ``name``, created when missing, tagged to open in MLflow's training view.
 
+    A missing experiment is created with its artifacts at ``artifact_location``; None means where the
+    client's store keeps them (:func:`artifact_location_of`: beside an embedded store, not in the cwd;
+    a server decides itself).
+
     MLflow 3's UI opens an experiment without the ``mlflow.experimentKind`` tag in its GenAI view
     (traces, prompts); digideep's runs are model training, so the tag is set, on an existing
     experiment that lacks it too.
@@ -224,6 +228,8 @@ def open_experiment(client: Any, name: str, artifact_location: str | None = None
     """
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
+        if artifact_location is None:
+            artifact_location = artifact_location_of(client.tracking_uri)
         try:
             return client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
         except Exception:  # created by another process meanwhile

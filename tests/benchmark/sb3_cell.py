@@ -28,12 +28,10 @@ def checkpoints(session_path: str | Path, benchmark: str) -> CellCheckpoints:
 def train(session_path: str | Path, benchmark: str, client: Any) -> float:
     """Train or continue the cell; its score."""
     from digideep.benchmark.sb3 import train_sb3_cell
-    from digideep.tracking.naming import artifact_location_of
     from digideep.tracking.trials import benchmark_tags
     from flows.cells import experiment_id
 
-    # the artifacts beside the store, as the benchmark flow keeps them (not in the cwd: the repository)
-    experiment = experiment_id(client, "benchmarks", artifact_location_of(client.tracking_uri))
+    experiment = experiment_id(client, "benchmarks", None)
     tags = benchmark_tags({**CELL, "name": benchmark})
     return train_sb3_cell(
         CELL["algorithm"], CELL["env"], CELL["seed"], PROTOCOL, client, experiment, tags,

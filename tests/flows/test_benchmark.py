@@ -129,13 +129,11 @@ def test_an_empty_axis_is_refused():  # (the CLI's argparse refuses an empty --s
 
 def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(mlflow_uri):
     from digideep.benchmark.sb3 import train_sb3_cell
-    from digideep.tracking.naming import artifact_location_of
     from digideep.tracking.trials import benchmark_tags
     from flows.cells import experiment_id
 
     client = MlflowClient(mlflow_uri)
-    # the artifacts beside the store, as the benchmark flow keeps them (not in the cwd: the repository)
-    experiment = experiment_id(client, "benchmarks", artifact_location_of(mlflow_uri))
+    experiment = experiment_id(client, "benchmarks", None)
     parent = client.create_run(
         experiment, tags={"digideep.kind": "benchmark", "digideep.benchmark": "sb3-test"}
     )

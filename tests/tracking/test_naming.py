@@ -79,3 +79,19 @@ def test_the_embedded_store_lives_beside_the_sessions_folder() -> None:
     assert data_root_of("/runs/exp1/sessions/") == Path("/runs/exp1")
     assert data_root_of("file:///runs/exp1/sessions") == Path("/runs/exp1")
     assert data_root_of("s3://bucket/sessions") == Path("data")  # working folders in data/cache
+
+
+def test_an_experiment_created_with_no_artifact_location_keeps_them_beside_its_store(
+    tmp_path, monkeypatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from digideep.tracking.naming import ensure_store, open_experiment
+
+    monkeypatch.chdir(tmp_path)  # MLflow's own default would be ./mlruns here
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    ensure_store(uri)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment(open_experiment(client, "benchmarks"))
+    assert experiment.artifact_location.startswith((tmp_path / "store" / "mlartifacts").as_uri())
+    assert not (tmp_path / "mlruns").exists()
