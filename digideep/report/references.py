@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "BUDGET_TOLERANCE",
     "DEFAULT_REFERENCES",
     "EnvReference",
     "Published",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 DEFAULT_REFERENCES = "reference_scores.toml"
+BUDGET_TOLERANCE = 0.01
+"""A published budget within this fraction of a run's counts as the same budget: PPO's runs end on a
+whole epoch (49 epochs of 20,480 frames, 1,003,520, beside published results at 1,000,000)."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,13 @@ class EnvReference:
         return (np.asarray(scores, dtype=np.float64) - self.random) / (self.reference.value - self.random)
 
     def at_budget(self, frames: int, algorithm: str | None = None) -> list[Published]:
-        """Published results at exactly ``frames``, of ``algorithm``'s family when one is given."""
+        """Published results at ``frames`` (within :data:`BUDGET_TOLERANCE` of it), of ``algorithm``'s
+        family when one is given."""
         return [
             p
             for p in self.published
-            if p.frames == frames and (algorithm is None or p.algorithm.upper() == algorithm.upper())
+            if abs(p.frames - frames) <= BUDGET_TOLERANCE * frames
+            and (algorithm is None or p.algorithm.upper() == algorithm.upper())
         ]
 
 

@@ -3,8 +3,9 @@
 Columns of the table: environment, group (algorithm, ``@variant`` when not the default), seeds, mean
 score over seeds, its 95 % interval, each run's score, each run's resumes (how many times it continued
 from a checkpoint, its ``digideep.resumes`` tag; ``?`` for a run tracked before they were counted),
-and the published values of the same method at the same frame budget with their source names; where
-a row's whole interval lies below one of them, a last column marks it ``BELOW``.
+and the published values of the same method at the same frame budget (within 1 %, the budget named
+where it differs) with their source names; where a row's whole interval lies below one of them, a
+last column marks it ``BELOW``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from digideep.report.build import Report, Row
+from digideep.report.references import Published
 from digideep.report.selection import Selection
 
-__all__ = ["BELOW_MARK", "HEADERS", "format_report", "table_headers", "table_rows"]
+__all__ = ["BELOW_MARK", "HEADERS", "format_report", "published_text", "table_headers", "table_rows"]
 
 BELOW_MARK = "BELOW"
 HEADERS = (
@@ -38,11 +40,12 @@ def table_headers(report: Report) -> tuple[str, ...]:
 def table_rows(report: Report) -> list[tuple[str, ...]]:
     """The table's cells as text, one tuple per row (the HTML page shows the same cells)."""
     marked = any(row.below for row in report.rows)
-    return [_cells(row, marked) for row in report.rows]
+    budget = report.selection.protocol.frame_budget
+    return [_cells(row, marked, budget) for row in report.rows]
 
 
-def _cells(row: Row, marked: bool) -> tuple[str, ...]:
-    published = "; ".join(f"{p.value:.1f} ({p.name}, {p.measured_on})" for p in row.published) or "-"
+def _cells(row: Row, marked: bool, budget: int) -> tuple[str, ...]:
+    published = "; ".join(published_text(p, budget) for p in row.published) or "-"
     cells = (
         row.env,
         row.group,
@@ -54,6 +57,12 @@ def _cells(row: Row, marked: bool) -> tuple[str, ...]:
         published,
     )
     return (*cells, BELOW_MARK if row.below else "") if marked else cells
+
+
+def published_text(published: Published, budget: int) -> str:
+    """A published value with its name and environment, and its budget where it is not the run's."""
+    other = f", {published.frames:,} frames" if published.frames != budget else ""
+    return f"{published.value:.1f} ({published.name}, {published.measured_on}{other})"
 
 
 def format_report(report: Report) -> str:

@@ -79,6 +79,21 @@ def test_report_of_a_benchmark(
     assert logged == {f"report/{n}" for n in written}
 
 
+def test_a_published_budget_within_1_percent_of_the_runs_stands_beside_them_with_its_budget(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    final = {(TD3, "Pendulum-v1"): -140.0}
+    cells = [(TD3, "Pendulum-v1", s) for s in range(2)]
+    budget = 20_100  # rl-zoo's TD3 on Pendulum-v1 is at 20,000 frames: 0.5 % away
+    name, _ = make_benchmark(
+        client, cells, linear_curve(final), 6700, budget, artifacts=tmp_path / "artifacts"
+    )
+    assert _report(mlflow_uri, tmp_path / "out", "--benchmark", name) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Pendulum-v1"))
+    assert row.endswith("-151.9 (rl-zoo TD3, Pendulum-v1, 20,000 frames)")
+    assert "(rl-zoo TD3, Pendulum-v1, 20,000 frames)" in (tmp_path / "out" / "report.html").read_text()
+
+
 def _cell_runs(client: MlflowClient, name: str, algorithm: str, env: str) -> list:
     experiment = client.get_experiment_by_name(f"exp-{name}").experiment_id
     return client.search_runs(

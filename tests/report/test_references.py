@@ -32,5 +32,14 @@ def test_published_values_at_a_budget_are_of_the_same_method() -> None:
     assert [p.name for p in pendulum.at_budget(20000, "TD3")] == ["rl-zoo TD3"]
     assert pendulum.at_budget(50000, "TD3") == []
     assert algorithm_family("params.pendulum_ddpg") == "DDPG"
+
+
+def test_a_published_budget_within_1_percent_counts_as_the_runs() -> None:
+    hopper = load_references()["Hopper-v5"]
+    at_49_epochs = [p.name for p in hopper.at_budget(1_003_520, "PPO")]  # PPO's 49 epochs of 20,480
+    assert at_49_epochs == [p.name for p in hopper.at_budget(1_000_000, "PPO")]
+    assert "CleanRL PPO" in at_49_epochs
+    assert hopper.at_budget(1_011_000, "PPO") == []  # 11,000 frames away: past 1 %
+
     assert algorithm_family("sb3:SAC") == "SAC"
     assert algorithm_family("my/own_params.py") is None
