@@ -47,6 +47,7 @@ from digideep.benchmark.sb3 import is_sb3, train_sb3_cell
 from digideep.pipeline.evaluation import EvaluationProtocol
 from digideep.tracking.naming import data_root_of, resolve_tracking_uri
 from digideep.tracking.trials import benchmark_tags
+from digideep.utility.processes import autogroup_follows_nice
 from flows.cells import ended_runs, experiment_id, launch, state_of
 from flows.recovery import crash_killed_tasks
 
@@ -89,6 +90,7 @@ def benchmark(
         max_cell_retries: retries of a cell's failed or crashed run before it counts failed.
         poll_seconds: seconds between looks at the running cells.
     """
+    autogroup_follows_nice()  # its SB3 cells train in this process, in a session of its own
     logger = get_run_logger()
     protocol = EvaluationProtocol(eval_interval or frames, eval_episodes, frames)
     cells = plan(algorithms, envs, seeds if seeds is not None else [0, 1, 2], protocol, variants, base_cpanel)

@@ -39,6 +39,7 @@ from digideep.pipeline.signals import (
 from digideep.pipeline.training import close_run, open_run, run_training
 from digideep.storage.location import DEFAULT_ROOT, Location
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
+from digideep.utility.processes import autogroup_follows_nice
 from flows.granularity import TaskGranularity
 from flows.recovery import recover_killed_attempt
 
@@ -242,6 +243,7 @@ def train(
             ``session.device`` of the params; None takes that, else auto.
         deterministic: deterministic mode (``--deterministic``), on also when the params ask for it.
     """
+    autogroup_follows_nice()  # a worker starts the run in a session of its own: its niceness holds there too
     # digideep's handler again (Prefect's engine put its own SIGTERM handler over it): a signal is
     # recorded, never raised into the engine; before the session exists the run ends Cancelled there
     with catch_stop_signals():

@@ -27,6 +27,7 @@ import psutil
 from digideep.errors import UsageError
 
 __all__ = [
+    "autogroup_follows_nice",
     "check_port_free",
     "free_port",
     "ignoring_sigint",
@@ -83,6 +84,44 @@ def signals_ignored() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def autogroup_follows_nice(pid: int = 0) -> bool:
+    """Give the scheduling group of a session-leading process the process's own niceness (Linux).
+
+    Where Linux groups processes by session (``/proc/sys/kernel/sched_autogroup_enabled`` is 1), a
+    process's niceness orders it only within its session's group, and the groups share the cores by
+    their own niceness. A Prefect worker starts each flow run in a session of its own: a new group at
+    niceness 0, so a flow run of a stack started with ``nice -n 19`` would take as large a share of
+    the cores as an interactive shell. Called at the start of a flow, this lowers the group's weight
+    to the process's niceness.
+
+    Only a session leader's group is changed (its group is its session's, which a process that shares
+    the session of a shell does not own), and only upward: a lower niceness would raise the group's
+    share and needs a privilege. Where any of it is unavailable (no autogroups, another system, no
+    permission), nothing changes.
+
+    Args:
+        pid: the process; 0 for this one.
+
+    Returns:
+        Whether the group's niceness was changed.
+    """
+    pid = pid or os.getpid()
+    try:
+        if os.getsid(pid) != pid:
+            return False
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return False
+        group = Path(f"/proc/{pid}/autogroup")
+        group_nice = int(group.read_text().split()[-1])  # "/autogroup-12 nice 0"
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+        if nice <= group_nice:
+            return False
+        group.write_text(f"{nice}\n")
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
 def ignoring_sigint(make: Callable[[], T]) -> Callable[[], T]:
