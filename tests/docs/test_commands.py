@@ -31,7 +31,7 @@ ELSEWHERE = {
     r"make (test|lint|docs)$": ".ci/run",
     r"\.venv/bin/pytest tests/docs -q": ".ci/run",
     r"make test-slow": "tests/agents/test_learning.py::test_reaches_the_target_return",
-    r"make prefect-up": "tests/flows/test_local_stack.py::test_local_stack_is_the_active_prefect_profile_until_sigterm_stops_it_and_its_children",
+    r"(nice -n 19 )?make prefect-up": "tests/flows/test_local_stack.py::test_local_stack_is_the_active_prefect_profile_until_sigterm_stops_it_and_its_children",
     r"make stack-(up|down)": "tests/stack/test_stack.py::test_make_stack_down_stops_every_process_and_frees_every_port",
     r"sudo make demo-cluster": "tests/stack/conftest.py::demo_cluster",
     r"ip netns pids dd-host-a \| xargs -r kill -9; ip netns del": "tests/stack/test_cluster.py::kill_with_ip_netns",
