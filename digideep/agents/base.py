@@ -213,10 +213,15 @@ class AgentBase:
     def _inputs(
         self, observations: Observations, hidden_state: np.ndarray, masks: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The Explorer's numpy inputs as float32 tensors on :attr:`act_device`: ``(obs, hidden, masks)``."""
+        """The Explorer's numpy inputs as float32 tensors on :attr:`act_device`: ``(obs, hidden, masks)``.
+
+        ``hidden`` is a copy, never a view of ``hidden_state``: an agent without a recurrent state
+        returns it as its next one, which the Explorer hands back at the next step, so a view would
+        keep every earlier step's array alive through the tensor that wraps it (a chain one link
+        longer each frame)."""
         device = self.act_device
         obs = self.obs.from_explorer(observations, device)
-        hidden = torch.as_tensor(hidden_state, dtype=torch.float32, device=device)
+        hidden = torch.tensor(hidden_state, dtype=torch.float32, device=device)
         mask = torch.as_tensor(masks, dtype=torch.float32, device=device)
         return obs, hidden, mask
 

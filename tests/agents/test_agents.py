@@ -3,19 +3,23 @@ parameters that moved, and a state dict that reloads (``weights_only=True``) to 
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from gymnasium.spaces import Box
 
 from digideep.agents.ddpg import DDPG
 from digideep.agents.ppo import PPO
 from digideep.agents.sac import SAC
 from digideep.agents.td3 import TD3
 from digideep.errors import UsageError
+from digideep.pipeline.devices import DeviceChoice
 from tests.agents.runner_setup import close, iterate, make_runner, path_of, small_params
 
 SMALL_OFF_POLICY = {
@@ -116,6 +120,22 @@ def test_action_generator_contract(tmp_path: Path) -> None:
     assert out["artifacts"] == {}
     random = agent.random_action_generator(obs, agent.initial_hidden_state(4), np.ones((4, 1), np.float32))
     assert random["actions"].shape == (4, 1) and np.all(np.abs(random["actions"]) <= 2.0)
+
+
+@pytest.mark.parametrize("cls", [SAC, TD3, DDPG])
+@pytest.mark.parametrize("generator", ["action_generator", "random_action_generator"])
+def test_acting_keeps_no_earlier_hidden_state_alive(cls: type, generator: str) -> None:
+    """An agent without a recurrent state hands its input state back; the Explorer passes that to
+    the next step, so an output that viewed its input would chain every earlier step's array."""
+    agent = cls("agent", DeviceChoice("cpu"), Box(-1.0, 1.0, (3,)), Box(-2.0, 2.0, (1,)))
+    act = getattr(agent, generator)
+    obs, masks = np.zeros((2, 3), np.float32), np.ones((2, 1), np.float32)
+    hidden = act(obs, agent.initial_hidden_state(2), masks)["hidden_state"]
+    first = weakref.ref(hidden)
+    for _ in range(3):
+        hidden = act(obs, hidden, masks)["hidden_state"]
+    gc.collect()
+    assert first() is None, "the first step's state is still alive"
 
 
 def test_off_policy_waits_for_learning_starts(tmp_path: Path) -> None:
