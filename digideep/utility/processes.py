@@ -5,6 +5,8 @@ digideep, which then stops every child and everything the child started: SIGINT 
 process group, a grace period, then SIGKILL to whatever of the tree is left (descendants that
 moved to a group of their own included, found through psutil). While :func:`stop_on_signals` is
 active, SIGTERM and SIGHUP interrupt digideep like Ctrl-C does, so its cleanup runs for them too.
+A process a worker started in a session of its own keeps its niceness there with
+:func:`autogroup_follows_nice`.
 """
 
 from __future__ import annotations
