@@ -1,4 +1,5 @@
-"""What a retried flow run does first: tidy up after an attempt that was killed.
+"""What a retried flow run does first: wait for an earlier attempt still running, then tidy up after
+an attempt that was killed.
 
 An attempt killed with SIGKILL (the OOM killer, ``kill -9``, a host that died) reports nothing to
 Prefect: the flow run is marked Crashed from outside (the worker, or the stack's watcher), but the
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
@@ -34,7 +37,9 @@ from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import LogSort
 from prefect.states import Crashed
 
+from digideep.pipeline.signals import raise_if_stopped
 from digideep.storage.location import Location
+from digideep.storage.session_lock import FolderLock
 from digideep.storage.upload_cache import working_folder
 
 TAIL_LINES = 50
@@ -49,8 +54,46 @@ RunLogger = logging.Logger | logging.LoggerAdapter
 """What :func:`prefect.get_run_logger` returns."""
 RESUMES = "resumes from the newest checkpoint"
 """What a retried train flow run does instead of the task runs its killed attempt left unfinished."""
+LOCK_POLL_SECONDS = 5.0
+"""Seconds between looks at a session's lock held by an earlier attempt (:func:`wait_for_earlier_attempt`)."""
 UNFINISHED = [StateType.RUNNING, StateType.PENDING]
 FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
+
+
+def wait_for_earlier_attempt(
+    session: Location, attempt: int, logger: RunLogger, poll: float = LOCK_POLL_SECONDS
+) -> float:
+    """Wait while a live process holds the lock of the local ``session``; the seconds waited.
+
+    A flow run can be marked Crashed while its process runs on (the crash watcher heard no heartbeat
+    from a starved process), and a retry, the benchmark's or the tune flow's own included, then
+    starts a second attempt beside it. Refused by the session's lock, that attempt would fail in
+    seconds and use up the retries; instead it waits for the earlier one to let go (it ends its
+    run, or stops with a checkpoint) and then resumes from the newest checkpoint, as after a kill.
+    An attempt that died holds no lock: then nothing is waited for. A stop signal ends the wait
+    (:func:`~digideep.pipeline.signals.raise_if_stopped`). A session behind a URL is left to its
+    lease, which refuses a second holder as before.
+    """
+    if not session.is_local:
+        return 0.0
+    lock = FolderLock(Path(session.path))
+    holder = lock.holder()
+    if holder is None:
+        return 0.0
+    logger.warning(
+        "attempt %d: session %s is still in use by %s, an earlier attempt of this flow run that was "
+        "marked Crashed while it ran on; waiting for it to end before resuming",
+        attempt,
+        session.url,
+        holder,
+    )
+    start = time.monotonic()
+    while lock.holder() is not None:
+        raise_if_stopped()
+        time.sleep(poll)
+    waited = time.monotonic() - start
+    logger.info("attempt %d: session %s is free after %.0f s", attempt, session.url, waited)
+    return waited
 
 
 def recover_killed_attempt(flow_run_id: str, session: Location, attempt: int, logger: RunLogger) -> None:

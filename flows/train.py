@@ -41,7 +41,7 @@ from digideep.storage.location import DEFAULT_ROOT, Location
 from digideep.tracking.trials import TrialReporter, benchmark_tags, trial_tags
 from digideep.utility.processes import autogroup_follows_nice
 from flows.granularity import TaskGranularity
-from flows.recovery import recover_killed_attempt
+from flows.recovery import recover_killed_attempt, wait_for_earlier_attempt
 
 _STAGES: dict[str, Callable[[], Any]] = {}
 """The stage function each flow run's next task runs (the schedule's, e.g. ``iterate`` of 120 iterations)."""
@@ -295,7 +295,8 @@ def _train(
             f"flow run {run_id} is a retry but its session '{(root / str(name)).url}' is gone; "
             "start a new run instead"
         )
-    if retried:  # a killed attempt left task runs Running and log lines Prefect never got
+    if retried:  # an attempt marked Crashed may still run; a killed one left task runs Running
+        wait_for_earlier_attempt(root / name, flow_run_runtime.run_count, logger)
         recover_killed_attempt(str(run_id), root / name, flow_run_runtime.run_count, logger)
     tags = {
         "prefect.flow_run_id": str(run_id or ""),

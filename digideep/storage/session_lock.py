@@ -54,8 +54,8 @@ class FolderLock:
         try:
             self._lock.acquire()
         except Timeout:
-            holder = _read_owner(self._owner_path)
-            by = f"process {holder['pid']} on {holder['host']}" if holder else "another process"
+            owner = _read_owner(self._owner_path)
+            by = f"process {owner['pid']} on {owner['host']}" if owner else "another process"
             raise UsageError(
                 f"session '{shown}' is in use by {by}; wait for it to finish or stop it"
             ) from None
@@ -65,6 +65,17 @@ class FolderLock:
         """Remove the holder's record (still ours: the kernel lock is held until after), then unlock."""
         self._owner_path.unlink(missing_ok=True)
         self._lock.release()
+
+    def holder(self) -> str | None:
+        """Who holds the lock now (``process <pid> on <host>``, or ``another process``), None when
+        nobody does: the lock is taken and let go at once to tell, the holder's record left alone."""
+        try:
+            self._lock.acquire()
+        except Timeout:
+            owner = _read_owner(self._owner_path)
+            return f"process {owner['pid']} on {owner['host']}" if owner else "another process"
+        self._lock.release()
+        return None
 
 
 def lease_ttl() -> float:

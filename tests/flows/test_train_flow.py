@@ -215,6 +215,37 @@ def test_a_killed_run_retried_leaves_no_task_running_and_shows_the_log_lines_pre
     assert len(resent) <= 50 and resent[-1] == f"{KILLED_PREFIX}{last_line}"
 
 
+def test_a_retry_of_a_run_marked_crashed_while_it_runs_on_waits_for_it_then_completes(stack, tmp_path):
+    from prefect.states import Crashed
+
+    sessions, paused, release = tmp_path / "sessions", tmp_path / "paused", tmp_path / "release"
+    cpanel = {**TINY, "pause_at_update": 3, "marker": str(paused), "release": str(release)}
+    parameters = {"params": "tests.flows.paused", "cpanel": cpanel, "session_path": str(sessions)}
+    flow_run_id = start("train/pendulum-sac", parameters)
+    deadline = time.monotonic() + 300
+    while not paused.exists():
+        assert time.monotonic() < deadline, "the first attempt did not reach its pause"
+        time.sleep(0.2)
+    with get_client(sync_client=True) as client:  # what the crash watcher does to a run it did not hear
+        client.set_flow_run_state(flow_run_id, Crashed(message="no heartbeat"), force=True)
+    stack.run("flow-run", "retry", flow_run_id)
+
+    deadline = time.monotonic() + 120
+    while not any("is still in use by process" in m for m in flow_run_logs(flow_run_id)):
+        assert time.monotonic() < deadline, "the second attempt did not say it waits for the first"
+        time.sleep(1)
+    release.write_text("go")  # the first attempt runs on to the end of its training
+    deadline = time.monotonic() + 300
+    while not any("already finished; nothing to do" in m for m in flow_run_logs(flow_run_id)):
+        assert time.monotonic() < deadline, "the second attempt did not find the session finished"
+        time.sleep(1)
+    assert wait(flow_run_id, stack, states={"COMPLETED", "FAILED", "CRASHED"}) == "COMPLETED"
+    (session,) = sessions.iterdir()
+    assert (session / "done.json").exists()
+    log = (session / "log.txt").read_text()
+    assert log.count("epoch 6/6") == 1  # trained once, to the end, by the first attempt
+
+
 def test_a_sweep_of_two_runs_completes(stack, tmp_path):
     sessions = tmp_path / "sessions"
     parameters = {
