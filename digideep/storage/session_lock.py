@@ -54,10 +54,8 @@ class FolderLock:
         try:
             self._lock.acquire()
         except Timeout:
-            owner = _read_owner(self._owner_path)
-            by = f"process {owner['pid']} on {owner['host']}" if owner else "another process"
             raise UsageError(
-                f"session '{shown}' is in use by {by}; wait for it to finish or stop it"
+                f"session '{shown}' is in use by {self._holder_words()}; wait for it to finish or stop it"
             ) from None
         atomic_write_json(self._owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
 
@@ -72,10 +70,14 @@ class FolderLock:
         try:
             self._lock.acquire()
         except Timeout:
-            owner = _read_owner(self._owner_path)
-            return f"process {owner['pid']} on {owner['host']}" if owner else "another process"
+            return self._holder_words()
         self._lock.release()
         return None
+
+    def _holder_words(self) -> str:
+        """The holder as its record names it, for a message: ``process <pid> on <host>``."""
+        owner = _read_owner(self._owner_path)
+        return f"process {owner['pid']} on {owner['host']}" if owner else "another process"
 
 
 def lease_ttl() -> float:
