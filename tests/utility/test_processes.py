@@ -77,8 +77,32 @@ def niced_child(increment: int, new_session: bool) -> tuple[bool, int, int]:
     return changed == "True", int(nice), int(group_nice)
 
 
-def own_group_nice() -> int:
-    return int(Path("/proc/self/autogroup").read_text().split()[-1])
+SESSION_SHARER = """
+import subprocess, sys
+def group_nice():
+    return open("/proc/self/autogroup").read().split()[-1]
+before = group_nice()
+out = subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]], capture_output=True, text=True, check=True)
+print(before, out.stdout.strip(), group_nice())
+"""
+
+
+def niced_child_in_a_shared_session(increment: int) -> tuple[int, bool, int, int]:
+    """A session leader (this process's niceness, a session's group of its own) starts a child niced
+    by ``increment`` in its own session, which calls autogroup_follows_nice: the leader's group
+    niceness before, what the child's call returned, the child's group's niceness after, the leader's
+    after. The leader is started here, not this process used: a process that never left the system's
+    first session (a container's, CI's) is in the root group, whose /proc file is empty."""
+    result = subprocess.run(
+        [sys.executable, "-c", SESSION_SHARER, AUTOGROUP_CHILD, str(increment)],
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    before, changed, _, group_nice, after = result.stdout.split()
+    assert group_nice == after, "the child and its session leader are in different groups"
+    return int(before), changed == "True", int(group_nice), int(after)
 
 
 @no_autogroups
@@ -89,9 +113,8 @@ def test_a_niced_session_leader_gives_its_group_its_niceness() -> None:
 
 @no_autogroups
 def test_a_process_sharing_the_session_of_its_parent_leaves_their_group_alone() -> None:
-    before = own_group_nice()
-    changed, _, group_nice = niced_child(7, new_session=False)
-    assert not changed and group_nice == before == own_group_nice()
+    before, changed, group_nice, after = niced_child_in_a_shared_session(7)
+    assert not changed and group_nice == before == after
 
 
 @no_autogroups
