@@ -63,12 +63,12 @@ no_autogroups = pytest.mark.skipif(
 )
 
 
-def niced_child(increment: int, new_session: bool) -> tuple[bool, int, int]:
-    """A child niced by ``increment`` calls autogroup_follows_nice: what it returned, the child's
-    niceness, its group's niceness after."""
+def niced_session_leader(increment: int) -> tuple[bool, int, int]:
+    """A child in a session of its own, niced by ``increment``, calls autogroup_follows_nice: what it
+    returned, the child's niceness, its group's niceness after."""
     result = subprocess.run(
         [sys.executable, "-c", AUTOGROUP_CHILD, str(increment)],
-        start_new_session=new_session,
+        start_new_session=True,
         capture_output=True,
         text=True,
         check=True,
@@ -88,11 +88,11 @@ print(before, out.stdout.strip(), group_nice())
 
 
 def niced_child_in_a_shared_session(increment: int) -> tuple[int, bool, int, int]:
-    """A session leader (this process's niceness, a session's group of its own) starts a child niced
-    by ``increment`` in its own session, which calls autogroup_follows_nice: the leader's group
-    niceness before, what the child's call returned, the child's group's niceness after, the leader's
-    after. The leader is started here, not this process used: a process that never left the system's
-    first session (a container's, CI's) is in the root group, whose /proc file is empty."""
+    """A new session leader (at this process's niceness, in a group of its own) starts a child in its
+    session, niced by ``increment``, which calls autogroup_follows_nice: the leader's group niceness
+    before, what the child's call returned, the child's group's niceness after, the leader's after.
+    A new leader, not this process: a process that never left the system's first session (a
+    container's, CI's) is in the root group, whose /proc file is empty."""
     result = subprocess.run(
         [sys.executable, "-c", SESSION_SHARER, AUTOGROUP_CHILD, str(increment)],
         start_new_session=True,
@@ -107,7 +107,7 @@ def niced_child_in_a_shared_session(increment: int) -> tuple[int, bool, int, int
 
 @no_autogroups
 def test_a_niced_session_leader_gives_its_group_its_niceness() -> None:
-    changed, nice, group_nice = niced_child(7, new_session=True)
+    changed, nice, group_nice = niced_session_leader(7)
     assert changed and nice >= 7 and group_nice == nice
 
 
@@ -121,4 +121,4 @@ def test_a_process_sharing_the_session_of_its_parent_leaves_their_group_alone() 
 def test_a_session_leader_at_niceness_0_changes_nothing() -> None:
     if os.getpriority(os.PRIO_PROCESS, 0) != 0:
         pytest.skip("the tests run niced: a child of theirs cannot run at niceness 0")
-    assert niced_child(0, new_session=True) == (False, 0, 0)
+    assert niced_session_leader(0) == (False, 0, 0)
