@@ -63,17 +63,22 @@ no_autogroups = pytest.mark.skipif(
 )
 
 
-def niced_session_leader(increment: int) -> tuple[bool, int, int]:
-    """A child in a session of its own, niced by ``increment``, calls autogroup_follows_nice: what it
-    returned, the child's niceness, its group's niceness after."""
+def in_a_new_session(script: str, *args: str) -> list[str]:
+    """The words ``python -c script args`` prints, run in a session of its own."""
     result = subprocess.run(
-        [sys.executable, "-c", AUTOGROUP_CHILD, str(increment)],
+        [sys.executable, "-c", script, *args],
         start_new_session=True,
         capture_output=True,
         text=True,
         check=True,
     )
-    changed, nice, group_nice = result.stdout.split()
+    return result.stdout.split()
+
+
+def niced_session_leader(increment: int) -> tuple[bool, int, int]:
+    """A child in a session of its own, niced by ``increment``, calls autogroup_follows_nice: what it
+    returned, the child's niceness, its group's niceness after."""
+    changed, nice, group_nice = in_a_new_session(AUTOGROUP_CHILD, str(increment))
     return changed == "True", int(nice), int(group_nice)
 
 
@@ -93,14 +98,7 @@ def niced_child_in_a_shared_session(increment: int) -> tuple[int, bool, int, int
     before, what the child's call returned, the child's group's niceness after, the leader's after.
     A new leader, not this process: a process that never left the system's first session (a
     container's, CI's) is in the root group, whose /proc file is empty."""
-    result = subprocess.run(
-        [sys.executable, "-c", SESSION_SHARER, AUTOGROUP_CHILD, str(increment)],
-        start_new_session=True,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    before, changed, _, group_nice, after = result.stdout.split()
+    before, changed, _, group_nice, after = in_a_new_session(SESSION_SHARER, AUTOGROUP_CHILD, str(increment))
     assert group_nice == after, "the child and its session leader are in different groups"
     return int(before), changed == "True", int(group_nice), int(after)
 
