@@ -140,6 +140,7 @@ def train_sb3_cell(
     import gymnasium as gym
     import stable_baselines3
     import torch
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(torch_threads)
     model_class = getattr(stable_baselines3, algorithm[len(PREFIX) :])
@@ -165,6 +166,8 @@ def train_sb3_cell(
                     checkpoints.clear()  # none, or one of a run that is gone: the cell starts over
                 eval_env.seed(seed + TEST_SEED_OFFSET)
                 model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **arguments)
+            # SB3's own logger would make an empty SB3-<time> folder in the temp dir at every learn()
+            model.set_logger(Logger(folder=None, output_formats=[]))
             callback = _evaluation_callback(protocol, eval_env, client, run_id, checkpoints)
             model.learn(
                 total_timesteps=protocol.frame_budget - model.num_timesteps,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -127,7 +128,9 @@ def test_an_empty_axis_is_refused():  # (the CLI's argparse refuses an empty --s
             plan(*axes, PROTOCOL)
 
 
-def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(mlflow_uri):
+def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(
+    mlflow_uri, tmp_path, monkeypatch
+):
     from digideep.benchmark.sb3 import train_sb3_cell
     from digideep.tracking.trials import benchmark_tags
     from flows.cells import experiment_id
@@ -141,7 +144,11 @@ def test_an_sb3_cell_trains_under_the_protocol_and_is_tracked_as_a_nested_cell(m
     tags = benchmark_tags({**cell, "parent_run_id": parent.info.run_id})
     protocol = EvaluationProtocol(frame_interval=200, episodes=2, frame_budget=400)
     knobs = {"learning_starts": 150}  # the protocol's, as a benchmark's --cpanel gives it
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where SB3's default logger makes its folder
     score = train_sb3_cell("sb3:SAC", "Pendulum-v1", 1, protocol, client, experiment, tags, cpanel=knobs)
+    assert not list(temp.glob("SB3-*"))  # the cell leaves nothing in the temp dir
 
     (run,) = client.search_runs(
         [experiment], filter_string="tags.`digideep.benchmark` = 'sb3-test' and tags.algorithm = 'sb3:SAC'"
