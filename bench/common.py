@@ -6,24 +6,18 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["SPEED_FLAGS", "interleaved", "machine", "timed"]
+from digideep.utility.machine import SPEED_FLAGS, cpu_flags
 
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-"""The lscpu flags that decide float32 and bfloat16 matmul speed on a CPU."""
+__all__ = ["SPEED_FLAGS", "interleaved", "machine", "timed"]
 
 
 def machine(wanted: tuple[str, ...] = SPEED_FLAGS) -> str:
     """torch's CPU capability, the ``wanted`` flags this CPU has, and its core count."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
-    found = ", ".join(f for f in wanted if f in flags) or "unknown"
+    found = ", ".join(cpu_flags(wanted)) or "unknown"
     return f"cpu capability {torch.backends.cpu.get_cpu_capability()}, flags: {found}, {os.cpu_count()} cores"
 
 

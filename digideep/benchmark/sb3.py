@@ -13,7 +13,8 @@ After each evaluation the cell saves a checkpoint (:mod:`digideep.benchmark.sb3_
 model with its optimizers, its replay buffer, every generator), keeping only the newest. A cell that
 did not finish continues from its checkpoint in the same MLflow run, to exactly the frame budget; no
 ``eval/return`` step is logged twice, as a step the run holds already is not logged again. The run's
-tag ``digideep.resumes`` counts how often it continued. The episode that was running at the
+tag ``digideep.resumes`` counts how often it continued, and ``digideep.machine.<n>`` names the
+machine of each attempt (:func:`~digideep.tracking.tags.machine_tag`). The episode that was running at the
 checkpoint starts over (SB3 cannot save an environment mid-episode), so a continued cell is not the
 run an uninterrupted one would have been. A cell without a checkpoint is trained again from the
 start, its unfinished MLflow run deleted first, so the benchmark still ends with one run per cell.
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from digideep.benchmark import records
 from digideep.errors import UsageError
 from digideep.pipeline.evaluation import RETURN_METRIC, EvaluationProtocol
-from digideep.tracking.tags import RESUMES_TAG
+from digideep.tracking.tags import RESUMES_TAG, machine_tag
+from digideep.utility.machine import describe
 
 if TYPE_CHECKING:  # (importing it imports torch, which checking a matrix does not need)
     from digideep.benchmark.sb3_checkpoint import CellCheckpoints, SavedCell
@@ -214,13 +216,16 @@ def _open_run(
         run_id = continued.info.run_id
         resumes = int(continued.data.tags.get(RESUMES_TAG, "0")) + 1
         client.set_tag(run_id, RESUMES_TAG, str(resumes))
+        client.set_tag(run_id, machine_tag(resumes), describe())
         client.update_run(run_id, status="RUNNING")
         return run_id, resumes
     if saved is not None:
         log.info(
             "%s: checkpoint %s belongs to no unfinished run of the cell; starting over", name, saved.location
         )
-    run = client.create_run(experiment_id, run_name=name, tags={**tags, RESUMES_TAG: "0"})
+    run = client.create_run(
+        experiment_id, run_name=name, tags={**tags, RESUMES_TAG: "0", machine_tag(0): describe()}
+    )
     client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
     return run.info.run_id, 0
 

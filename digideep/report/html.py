@@ -7,7 +7,14 @@ import html
 from collections.abc import Sequence
 
 from digideep.report.build import Report
-from digideep.report.table import BELOW_MARK, budget_words, left_out_words, table_headers, table_rows
+from digideep.report.table import (
+    BELOW_MARK,
+    budget_words,
+    left_out_words,
+    machine_lines,
+    table_headers,
+    table_rows,
+)
 
 __all__ = ["render_html"]
 
@@ -70,6 +77,9 @@ def render_html(report: Report, command: str) -> str:
         parts += ["<h2>Notes</h2>", _list(report.notes)]
     if report.sources:
         parts += ["<h2>Sources of published values</h2>", _list(report.sources)]
+    machines = machine_lines(selection)
+    if machines:
+        parts += ["<h2>Machines</h2>", "<p>Each run's attempts in order.</p>", _list(machines)]
     for name, png in report.figures.items():
         data = base64.b64encode(png).decode("ascii")
         caption = CAPTIONS.get(name, name)

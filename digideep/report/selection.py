@@ -4,7 +4,7 @@ A run contributes its ``eval/return`` history (step = training frames, one point
 the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
 flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
 ``cpanel/model_name`` and ``cpanel/seed``), and the count of times it continued from a checkpoint,
-its tag ``digideep.resumes``. Only runs that ended FINISHED are read; scored at an earlier frame
+its tag ``digideep.resumes``, with the machine of each attempt (``digideep.machine.<n>``). Only runs that ended FINISHED are read; scored at an earlier frame
 (``at``), a run still training counts too once its evaluations have reached that frame. The runs come as
 :class:`~digideep.report.records.RunRecord` from an MLflow store, from export folders, or both
 (:func:`select_records`), so a report computes the same numbers wherever its runs were read. Every
@@ -14,13 +14,14 @@ refusal is a :class:`~digideep.errors.UsageError` of one line that says what to 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from digideep.errors import UsageError
 from digideep.report.records import BENCHMARK_TAG, KIND_TAG, RESUMES_TAG, RunRecord
+from digideep.tracking.tags import attempt_machines
 
 __all__ = [
     "BENCHMARK_TAG",
@@ -60,6 +61,8 @@ class RunScores:
     frames: np.ndarray
     returns: np.ndarray
     resumes: int | None = None  # its digideep.resumes tag: None for a run tracked before resumes were counted
+    machines: tuple[str | None, ...] = ()  # each attempt's digideep.machine.<n> (None: not recorded); ()
+    # for a run tracked before machines were recorded
 
     @property
     def group(self) -> str:
@@ -269,7 +272,18 @@ def _scores(record: RunRecord, protocol: Protocol, last: int) -> RunScores:
         )
     variant = tags.get("variant") or DEFAULT_VARIANT
     resumes = int(tags[RESUMES_TAG]) if RESUMES_TAG in tags else None
-    return RunScores(run_id, algorithm, variant, env, str(seed), frames, returns, resumes)
+    return RunScores(
+        run_id, algorithm, variant, env, str(seed), frames, returns, resumes, _machines(tags, resumes)
+    )
+
+
+def _machines(tags: Mapping[str, str], resumes: int | None) -> tuple[str | None, ...]:
+    """The machine of each of a run's ``resumes + 1`` attempts (None where its tag is missing)."""
+    found = dict(attempt_machines(tags))
+    if not found:
+        return ()
+    attempts = max(max(found), resumes or 0) + 1
+    return tuple(found.get(attempt) for attempt in range(attempts))
 
 
 def _check_cells(runs: Sequence[RunScores], sources: dict[str, str]) -> None:

@@ -5,7 +5,8 @@ score over seeds, its 95 % interval, each run's score, each run's resumes (how m
 from a checkpoint, its ``digideep.resumes`` tag; ``?`` for a run tracked before they were counted),
 and the published values of the same method at the same frame budget (within 1 %, the budget named
 where it differs) with their source names; where a row's whole interval lies below one of them, a
-last column marks it ``BELOW``.
+last column marks it ``BELOW``. After the sources, where the runs recorded them, the machines each
+run's attempts ran on (:func:`machine_lines`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from digideep.report.build import Report, Row
 from digideep.report.references import Published
 from digideep.report.selection import Selection
 
-__all__ = ["BELOW_MARK", "HEADERS", "format_report", "published_text", "table_headers", "table_rows"]
+__all__ = [
+    "BELOW_MARK",
+    "HEADERS",
+    "format_report",
+    "machine_lines",
+    "published_text",
+    "table_headers",
+    "table_rows",
+]
 
 BELOW_MARK = "BELOW"
 HEADERS = (
@@ -65,6 +74,40 @@ def published_text(published: Published, budget: int) -> str:
     return f"{published.value:.1f} ({published.name}, {published.measured_on}{other})"
 
 
+def machine_lines(selection: Selection) -> list[str]:
+    """Which machines the runs' attempts ran on (their ``digideep.machine.<n>`` tags), in lines: each
+    machine lettered ``M1``, ``M2``, ... (in the order of the runs by environment, group and seed) with
+    its description, the count of runs whose attempts all ran
+    on one machine, each run whose attempts did not (``?``: an attempt with no tag), and the count of
+    runs with none recorded. Empty when no run has a machine recorded."""
+    if not any(run.machines for run in selection.runs):
+        return []
+    runs = sorted(selection.runs, key=lambda r: (r.env, r.group, len(r.seed), r.seed))  # seed 2 before 10
+    labels: dict[str, str] = {}
+    for run in runs:
+        for machine in run.machines:
+            if machine is not None and machine not in labels:
+                labels[machine] = f"M{len(labels) + 1}"
+    lines = [f"{label}  {machine}" for machine, label in labels.items()]
+    alone: dict[str, int] = {}
+    crossed, unrecorded = [], 0
+    for run in runs:
+        named = [labels[m] if m is not None else "?" for m in run.machines]
+        if not named:
+            unrecorded += 1
+        elif "?" not in named and len(set(named)) == 1:
+            alone[named[0]] = alone.get(named[0], 0) + 1
+        else:
+            crossed.append(f"{run.env} {run.group} seed {run.seed}: {', '.join(named)}")
+    lines += [f"every attempt on {label}: {count} run{'s' * (count != 1)}" for label, count in alone.items()]
+    lines += crossed
+    if unrecorded:
+        lines.append(
+            f"not recorded (tracked before machines were): {unrecorded} run{'s' * (unrecorded != 1)}"
+        )
+    return lines
+
+
 def format_report(report: Report) -> str:
     """The whole report as text for the terminal."""
     protocol = report.selection.protocol
@@ -83,6 +126,9 @@ def format_report(report: Report) -> str:
         lines += ["", f"P({a} > {b}) = {p.point:.2f}  95% CI [{p.low:.2f}, {p.high:.2f}]"]
     if report.sources:
         lines += ["", "sources:", *(f"  {source}" for source in report.sources)]
+    machines = machine_lines(report.selection)
+    if machines:
+        lines += ["", "machines (each run's attempts in order):", *(f"  {line}" for line in machines)]
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 

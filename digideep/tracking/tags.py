@@ -11,12 +11,40 @@ from typing import Any
 from digideep import __version__
 from digideep.tracking.naming import MAX_TAG_VALUE_LENGTH, mlflow_key, shorten
 
-__all__ = ["RESUMES_FIELD", "RESUMES_TAG", "build_tags", "git_commit"]
+__all__ = [
+    "MACHINE_TAG",
+    "RESUMES_FIELD",
+    "RESUMES_TAG",
+    "attempt_machines",
+    "build_tags",
+    "git_commit",
+    "machine_tag",
+]
 
 RESUMES_TAG = "digideep.resumes"
 """How many times a run continued from a checkpoint (a train run's session, an SB3 cell); 0 never."""
 RESUMES_FIELD = "resumes"
 """The ``session.json`` field that counts a session's resumes (its run carries it as :data:`RESUMES_TAG`)."""
+MACHINE_TAG = "digideep.machine"
+"""The prefix of the tags that name the machine of each attempt of a run (:func:`machine_tag`)."""
+
+
+def machine_tag(attempt: int) -> str:
+    """The tag that holds :func:`~digideep.utility.machine.describe` of the machine a run's attempt ran
+    on: ``digideep.machine.0`` for its first, ``digideep.machine.<n>`` for the one after its n-th resume
+    (set when the run opens; a later attempt after as many resumes writes it again)."""
+    return f"{MACHINE_TAG}.{int(attempt)}"
+
+
+def attempt_machines(tags: Mapping[str, str]) -> list[tuple[int, str]]:
+    """``(attempt, machine)`` of each :func:`machine_tag` among a run's ``tags``, by attempt (none for a
+    run tracked before machines were recorded)."""
+    found = []
+    for key, value in tags.items():
+        prefix, _, attempt = key.rpartition(".")
+        if prefix == MACHINE_TAG and attempt.isdigit():
+            found.append((int(attempt), value))
+    return sorted(found)
 
 
 def build_tags(

@@ -5,7 +5,8 @@ The run id is kept in the session's ``session.json`` (``mlflow_run_id``), so a r
 only what the run lacks from the session's metrics journal, no metric step appears twice. The run
 carries the session's count of resumes (``resumes`` in ``session.json``, counted by
 :func:`~digideep.pipeline.resuming.resume`) as the tag ``digideep.resumes``, set again each time
-the run opens. The embedded store lives beside the sessions folder: ``data/sessions`` ->
+the run opens, and the machine of each attempt (:func:`~digideep.utility.machine.describe`) as
+``digideep.machine.<resumes>``. The embedded store lives beside the sessions folder: ``data/sessions`` ->
 ``data/mlflow.db`` and ``data/mlartifacts``.
 
 :func:`sync_session` finishes what a run left undone in MLflow: the journal's unsent records, the
@@ -33,7 +34,8 @@ from digideep.tracking.journal import JOURNAL_FILE, MetricsJournal
 from digideep.tracking.mlflow_logger import MlflowTracker
 from digideep.tracking.naming import data_root_of, experiment_name, resolve_tracking_uri
 from digideep.tracking.sender import missing_artifacts, send_artifacts
-from digideep.tracking.tags import RESUMES_FIELD, RESUMES_TAG
+from digideep.tracking.tags import RESUMES_FIELD, RESUMES_TAG, machine_tag
+from digideep.utility.machine import describe
 
 __all__ = ["log_videos", "open_tracker", "sync_session"]
 
@@ -72,7 +74,8 @@ def open_tracker(
     Raises:
         TrackingUnavailableError: the store cannot be reached and tracking is ``required``.
     """
-    tags = {**(tags or {}), RESUMES_TAG: str(info.get(RESUMES_FIELD, 0))}
+    resumes = int(info.get(RESUMES_FIELD, 0))
+    tags = {**(tags or {}), RESUMES_TAG: str(resumes), machine_tag(resumes): describe()}
     module = info.get("params_module") or "digideep"
     data_root = data_root_of(session_path.parent)  # beside the sessions folder (data/cache for a URL's)
     run_id = info.get("mlflow_run_id")

@@ -2,7 +2,8 @@
 
 The cell trains in a process of its own (``tests/benchmark/sb3_cell.py``), is SIGKILLed once its
 first checkpoint exists, and is run again: it continues the run it started (one run for the cell,
-its ``digideep.resumes`` tag 1), logs every evaluation step once, and trains exactly to the budget.
+its ``digideep.resumes`` tag 1, the machine of each attempt tagged), logs every evaluation step once,
+and trains exactly to the budget.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from mlflow import MlflowClient
 
 from digideep.benchmark import records
 from digideep.pipeline.evaluation import RETURN_METRIC
+from digideep.tracking.tags import attempt_machines
+from digideep.utility.machine import describe
 from tests.benchmark.sb3_cell import CELL, KNOBS, PROTOCOL, checkpoints, train
 from tests.conftest import REPO
 
@@ -56,6 +59,7 @@ def test_an_sb3_cell_killed_after_its_first_checkpoint_continues_its_run_to_the_
     assert [step for step, _ in history] == [100, 200, 300]  # every evaluation once
     assert history[1][1] == -123.0 and history[2][1] == score
     assert run.data.tags["digideep.resumes"] == "1"
+    assert attempt_machines(run.data.tags) == [(0, describe()), (1, describe())]
     # SB3's own counts: the budget's frames, and one update per frame after learning_starts but the
     # last (as an uninterrupted run: the transitions and updates up to the checkpoint were kept)
     budget = PROTOCOL.frame_budget

@@ -77,6 +77,35 @@ def test_report_of_a_benchmark(
     assert "<th>resumes (seed: count)</th>" in page and "<td>0: 0, 1: 2, 2: ?</td>" in page
     logged = {a.path for a in client.list_artifacts(parent, "report")}
     assert logged == {f"report/{n}" for n in written}
+    assert "machines (" not in printed and "<h2>Machines</h2>" not in page  # none recorded: no section
+
+
+def test_the_machines_of_each_runs_attempts_are_listed(
+    client: MlflowClient, mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    final = {(SAC, "Hopper-v5"): 1000.0}
+    cells = [(SAC, "Hopper-v5", s) for s in range(4)]
+    name, _ = make_benchmark(client, cells, linear_curve(final), artifacts=tmp_path / "artifacts")
+    by_seed = {int(r.data.tags["seed"]): r.info.run_id for r in _cell_runs(client, name, SAC, "Hopper-v5")}
+    client.set_tag(by_seed[0], "digideep.machine.0", "CPU A")
+    client.set_tag(by_seed[1], "digideep.machine.0", "CPU A")
+    client.set_tag(by_seed[1], "digideep.machine.1", "CPU A")  # resumed on a machine of the same kind
+    client.set_tag(by_seed[1], "digideep.resumes", "1")
+    client.set_tag(by_seed[2], "digideep.resumes", "2")  # first on old code, resumed twice, last on CPU B
+    client.set_tag(by_seed[2], "digideep.machine.2", "CPU B")
+    out = tmp_path / "report"
+    assert _report(mlflow_uri, out, "--benchmark", name) == 0
+    printed = capsys.readouterr().out
+    section = printed[printed.index("machines (each run's attempts in order):") :].splitlines()
+    assert [line.strip() for line in section[1:6]] == [
+        "M1  CPU A",
+        "M2  CPU B",
+        "every attempt on M1: 2 runs",
+        f"Hopper-v5 {SAC} seed 2: ?, ?, M2",
+        "not recorded (tracked before machines were): 1 run",  # seed 3
+    ]
+    page = (out / "report.html").read_text()
+    assert "<h2>Machines</h2>" in page and f"<li>Hopper-v5 {SAC} seed 2: ?, ?, M2</li>" in page
 
 
 def test_a_published_budget_within_1_percent_of_the_runs_stands_beside_them_with_its_budget(
