@@ -13,8 +13,8 @@ After each evaluation the cell saves a checkpoint (:mod:`digideep.benchmark.sb3_
 model with its optimizers, its replay buffer, every generator), keeping only the newest. A cell that
 did not finish continues from its checkpoint in the same MLflow run, to exactly the frame budget; no
 ``eval/return`` step is logged twice, as a step the run holds already is not logged again. The run's
-tag ``digideep.resumes`` counts how often it continued, and ``digideep.machine.<n>`` names the
-machine of each attempt (:func:`~digideep.tracking.tags.machine_tag`). The episode that was running at the
+tag ``digideep.resumes`` counts how often it continued, and ``digideep.machine.<n>`` names the machine
+of each attempt (:func:`~digideep.tracking.tags.machine_tag`). The episode that was running at the
 checkpoint starts over (SB3 cannot save an environment mid-episode), so a continued cell is not the
 run an uninterrupted one would have been. A cell without a checkpoint is trained again from the
 start, its unfinished MLflow run deleted first, so the benchmark still ends with one run per cell.

@@ -3,9 +3,10 @@
 A run contributes its ``eval/return`` history (step = training frames, one point per evaluation) and
 the tags that place it in the matrix: ``algorithm``, ``env``, ``seed`` and ``variant`` (the benchmark
 flow sets them; a plain ``digideep train`` run falls back to ``digideep.params_module``,
-``cpanel/model_name`` and ``cpanel/seed``), and the count of times it continued from a checkpoint,
-its tag ``digideep.resumes``, with the machine of each attempt (``digideep.machine.<n>``). Only runs that ended FINISHED are read; scored at an earlier frame
-(``at``), a run still training counts too once its evaluations have reached that frame. The runs come as
+``cpanel/model_name`` and ``cpanel/seed``), the count of times it continued from a checkpoint, its
+tag ``digideep.resumes``, and the machine of each attempt (``digideep.machine.<n>``). Only runs that
+ended FINISHED are read; scored at an earlier frame (``at``), a run still training counts too once its
+evaluations have reached that frame. The runs come as
 :class:`~digideep.report.records.RunRecord` from an MLflow store, from export folders, or both
 (:func:`select_records`), so a report computes the same numbers wherever its runs were read. Every
 refusal is a :class:`~digideep.errors.UsageError` of one line that says what to change.
@@ -61,8 +62,8 @@ class RunScores:
     frames: np.ndarray
     returns: np.ndarray
     resumes: int | None = None  # its digideep.resumes tag: None for a run tracked before resumes were counted
-    machines: tuple[str | None, ...] = ()  # each attempt's digideep.machine.<n> (None: not recorded); ()
-    # for a run tracked before machines were recorded
+    # each attempt's digideep.machine.<n> (None: no tag); () for a run tracked before machines were recorded
+    machines: tuple[str | None, ...] = ()
 
     @property
     def group(self) -> str:

@@ -77,9 +77,9 @@ def published_text(published: Published, budget: int) -> str:
 def machine_lines(selection: Selection) -> list[str]:
     """Which machines the runs' attempts ran on (their ``digideep.machine.<n>`` tags), in lines: each
     machine lettered ``M1``, ``M2``, ... (in the order of the runs by environment, group and seed) with
-    its description, the count of runs whose attempts all ran
-    on one machine, each run whose attempts did not (``?``: an attempt with no tag), and the count of
-    runs with none recorded. Empty when no run has a machine recorded."""
+    its description, the count of runs whose attempts all ran on one machine, each run whose attempts
+    did not (``?``: an attempt with no tag), and the count of runs with none recorded. Empty when no
+    run has a machine recorded."""
     if not any(run.machines for run in selection.runs):
         return []
     runs = sorted(selection.runs, key=lambda r: (r.env, r.group, len(r.seed), r.seed))  # seed 2 before 10
