@@ -1,12 +1,13 @@
 """The machine a run trains on, in one line: what decides whether the same code and seed give the
 same numbers there as elsewhere.
 
-Two machines that run the same commit with the same seeds train bit-identically only when their
-floating-point kernels are the same: torch picks its CPU kernels by the instruction set it finds
-(``torch.backends.cpu.get_cpu_capability()``: ``DEFAULT``, ``AVX2``, ``AVX512``), and oneDNN and
-MKL choose theirs by the CPU's flags, so a run that resumes on another kind of CPU goes on from an
-exact checkpoint but no longer repeats the numbers a straight run on the first CPU gives. Each run
-therefore records the line of :func:`describe` per attempt (see
+Two machines that run the same commit with the same seeds are promised bit-identical training only
+when their floating-point kernels are the same: torch picks its CPU kernels by the instruction set
+it finds (``torch.backends.cpu.get_cpu_capability()``: ``DEFAULT``, ``AVX2``, ``AVX512``), oneDNN
+and MKL choose theirs by the CPU's flags, and a compiled update is generated for the CPU it runs on,
+so a run that resumes on another kind of CPU goes on from an exact checkpoint but may no longer
+repeat the numbers a straight run on the first CPU gives. Each run therefore records the line of
+:func:`describe` per attempt (see
 :func:`digideep.tracking.tags.machine_tag`), for example::
 
     AMD EPYC, cpu capability AVX2 (avx2 fma), 2 cores; torch 2.13.0+cpu; no GPU
