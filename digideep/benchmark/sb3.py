@@ -38,7 +38,16 @@ from digideep.utility.machine import describe
 if TYPE_CHECKING:  # (importing it imports torch, which checking a matrix does not need)
     from digideep.benchmark.sb3_checkpoint import CellCheckpoints, SavedCell
 
-__all__ = ["PREFIX", "SB3_ALGORITHMS", "SB3_KNOBS", "check_sb3", "is_sb3", "sb3_arguments", "train_sb3_cell"]
+__all__ = [
+    "PREFIX",
+    "SB3_ALGORITHMS",
+    "SB3_KNOBS",
+    "check_sb3",
+    "is_sb3",
+    "sb3_arguments",
+    "silence",
+    "train_sb3_cell",
+]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +151,6 @@ def train_sb3_cell(
     import gymnasium as gym
     import stable_baselines3
     import torch
-    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(torch_threads)
     model_class = getattr(stable_baselines3, algorithm[len(PREFIX) :])
@@ -168,8 +176,7 @@ def train_sb3_cell(
                     checkpoints.clear()  # none, or one of a run that is gone: the cell starts over
                 eval_env.seed(seed + TEST_SEED_OFFSET)
                 model = model_class("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **arguments)
-            # SB3's own logger would make an empty SB3-<time> folder in the temp dir at every learn()
-            model.set_logger(Logger(folder=None, output_formats=[]))
+            silence(model)
             callback = _evaluation_callback(protocol, eval_env, client, run_id, checkpoints)
             model.learn(
                 total_timesteps=protocol.frame_budget - model.num_timesteps,
@@ -192,6 +199,14 @@ def train_sb3_cell(
         checkpoints.clear()
     log.info("%s: eval/return %.2f at %d frames", name, callback.last_return, frames)
     return callback.last_return
+
+
+def silence(model: Any) -> None:
+    """Give an SB3 ``model`` a logger that writes nowhere: SB3's own makes an empty ``SB3-<time>``
+    folder in the temp dir at every ``learn()``, even with ``verbose=0``."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
 
 
 def _open_run(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from digideep.benchmark.sb3 import silence
 from digideep.benchmark.sb3_checkpoint import CellCheckpoints, cell_folder
 
 pytest.importorskip("stable_baselines3")
@@ -41,6 +42,7 @@ def test_a_checkpoint_restores_the_model_its_buffer_and_every_generator(tmp_path
     model = SAC(
         "MlpPolicy", gym.make("Pendulum-v1"), seed=0, learning_starts=20, buffer_size=500, batch_size=16
     )
+    silence(model)
     model.learn(40)
     model.get_env().envs[0].unwrapped.np_random.random()  # its generator moves on, as at an episode's reset
     evaluation = eval_env()
@@ -75,6 +77,7 @@ def test_only_the_newest_whole_checkpoint_is_kept_and_read(tmp_path):
     model = TD3("MlpPolicy", gym.make("Pendulum-v1"), seed=0, learning_starts=10, buffer_size=100)
     evaluation = DummyVecEnv([lambda: gym.make("Pendulum-v1")])
     evaluation.reset()
+    silence(model)
     model.learn(10)
     checkpoints.save(model, evaluation, "run-1")
     model.learn(10, reset_num_timesteps=False)
@@ -107,6 +110,7 @@ def test_a_checkpoint_on_an_object_store_is_put_record_last_and_read_back(s3_buc
     )
     evaluation = DummyVecEnv([lambda: gym.make("Pendulum-v1")])
     evaluation.reset()
+    silence(model)
     model.learn(20)
     checkpoints.save(model, evaluation, "run-1")
     model.learn(10, reset_num_timesteps=False)
