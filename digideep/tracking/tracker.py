@@ -6,8 +6,8 @@ only what the run lacks from the session's metrics journal, no metric step appea
 carries the session's count of resumes (``resumes`` in ``session.json``, counted by
 :func:`~digideep.pipeline.resuming.resume`) as the tag ``digideep.resumes``, set again each time
 the run opens, and the machine of each attempt (:func:`~digideep.utility.machine.describe`) as
-``digideep.machine.<resumes>``. The embedded store lives beside the sessions folder: ``data/sessions`` ->
-``data/mlflow.db`` and ``data/mlartifacts``.
+``digideep.machine.<resumes>``. The embedded store lives beside the sessions folder:
+``data/sessions`` -> ``data/mlflow.db`` and ``data/mlartifacts``.
 
 :func:`sync_session` finishes what a run left undone in MLflow: the journal's unsent records, the
 learning curve and the run's end status. ``digideep runs sync SESSION`` and resuming a finished

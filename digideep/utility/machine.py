@@ -7,8 +7,7 @@ it finds (``torch.backends.cpu.get_cpu_capability()``: ``DEFAULT``, ``AVX2``, ``
 and MKL choose theirs by the CPU's flags, and a compiled update is generated for the CPU it runs on,
 so a run that resumes on another kind of CPU goes on from an exact checkpoint but may no longer
 repeat the numbers a straight run on the first CPU gives. Each run therefore records the line of
-:func:`describe` per attempt (see
-:func:`digideep.tracking.tags.machine_tag`), for example::
+:func:`describe` per attempt (see :func:`digideep.tracking.tags.machine_tag`), for example::
 
     AMD EPYC, cpu capability AVX2 (avx2 fma), 2 cores; torch 2.13.0+cpu; no GPU
 """
