@@ -14,6 +14,7 @@ repeat the numbers a straight run on the first CPU gives. Each run therefore rec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from pathlib import Path
@@ -73,7 +74,8 @@ def gpus() -> list[str]:
     except Exception:  # a driver that answers init but not the query
         return []
     finally:
-        pynvml.nvmlShutdown()
+        with contextlib.suppress(Exception):  # recording the machine never fails a run
+            pynvml.nvmlShutdown()
 
 
 def describe() -> str:
