@@ -38,7 +38,7 @@ for part in "${parts[@]}"; do
             command=("$python" -m pytest -v -n 12 -p no:cacheprovider -rfEs --tb=short
                 tests/agents/test_host_acting.py tests/memory/test_device_replay.py
                 tests/agents/test_update_modes.py tests/agents/test_base.py
-                tests/pipeline/test_runner.py tests/pipeline/test_resume.py) ;;
+                tests/pipeline/test_runner.py tests/pipeline/test_resume.py tests/utility/test_machine.py) ;;
         updates) command=("$python" bench/bench_gpu.py --only updates --grad-steps 500 --repeats 3) ;;
         end-to-end) command=("$python" "${e2e[@]}" --acting-device both --replay-device both) ;;
         deterministic) command=("$python" "${e2e[@]}" --deterministic) ;;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from digideep.tracking.tags import attempt_machines, machine_tag
@@ -60,3 +61,13 @@ def test_the_attempts_machines_are_read_back_from_a_runs_tags_in_attempt_order()
     assert machine_tag(2) == "digideep.machine.2"
     assert attempt_machines(tags) == [(0, "A"), (2, "B"), (10, "C")]
     assert attempt_machines({"digideep.resumes": "0"}) == []  # a run tracked before machines were
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_gpus_are_named_as_torch_sees_them():
+    names = machine.gpus()  # NVML lists the machine's GPUs, CUDA_VISIBLE_DEVICES or not
+    assert len(names) >= torch.cuda.device_count()
+    assert torch.cuda.get_device_name(0) in names
+    assert (
+        machine.describe().endswith(", ".join(names)) and f"CUDA {torch.version.cuda}" in machine.describe()
+    )
