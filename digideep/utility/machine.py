@@ -14,10 +14,11 @@ repeat the numbers a straight run on the first CPU gives. Each run therefore rec
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 from pathlib import Path
+
+from digideep.utility.stats import gpu_handles
 
 __all__ = ["SPEED_FLAGS", "cpu_flags", "cpu_model", "describe", "gpus", "usable_cores"]
 
@@ -58,24 +59,18 @@ def usable_cores() -> int:
 
 
 def gpus() -> list[str]:
-    """The names of the NVIDIA GPUs that NVML lists (without making a CUDA context); none without NVML."""
-    try:
-        import pynvml
+    """The names of the NVIDIA GPUs that NVML lists (without making a CUDA context), through the
+    handles the CPU/GPU sampler uses (:func:`~digideep.utility.stats.gpu_handles`); none without NVML."""
+    handles = gpu_handles()
+    if not handles:
+        return []
+    import pynvml
 
-        pynvml.nvmlInit()
-    except Exception:  # no NVML library or driver: no NVIDIA GPU this process can use
-        return []
     try:
-        names = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        return names
-    except Exception:  # a driver that answers init but not the query
+        names = [pynvml.nvmlDeviceGetName(handle) for handle in handles]
+    except Exception:  # a driver that answers init but not the query: recording never fails a run
         return []
-    finally:
-        with contextlib.suppress(Exception):  # recording the machine never fails a run
-            pynvml.nvmlShutdown()
+    return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
 
 
 def describe() -> str:
