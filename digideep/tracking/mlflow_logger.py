@@ -45,6 +45,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -114,7 +115,8 @@ class MlflowTracker:
             each.
         finish_timeout: seconds :meth:`finish` waits for the last metrics.
         journal: the metrics journal to send from (the Runner shares its own); by default
-            ``<session_path>/metrics.jsonl``, or a file in a temporary folder without a session.
+            ``<session_path>/metrics.jsonl``, or without a session a file in a temporary folder made
+            when the run starts and removed by :meth:`finish` once MLflow holds all of it.
         retry_after: seconds without send attempts after a failed one.
     """
 
@@ -160,10 +162,10 @@ class MlflowTracker:
         self.finish_timeout = finish_timeout
         self._tags = build_tags(params_module, self.session_path, flow_run_id, deployment, tags, git_commit)
         self.retry_after = retry_after
-        if journal is None:
-            folder = self.session_path or Path(tempfile.mkdtemp(prefix="digideep-journal-"))
-            journal = MetricsJournal(folder / JOURNAL_FILE)
-        self.journal = journal
+        if journal is None and self.session_path is not None:
+            journal = MetricsJournal(self.session_path / JOURNAL_FILE)
+        self.journal = journal  # None: a temporary one, made by start()
+        self._scratch: Path | None = None  # the temporary journal's folder
         self._client: MlflowClient | None = None
         self._sender: BackgroundSender | None = None
         self._uploader: JournalUploader | None = None
@@ -229,6 +231,9 @@ class MlflowTracker:
             log.warning("%s; continuing with tracking off", message)
             self.enabled = False
             return None
+        if self.journal is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="digideep-journal-"))
+            self.journal = MetricsJournal(self._scratch / JOURNAL_FILE)
         self._uploader = JournalUploader(self._client, self.run_id, self.journal)
         self._artifacts = RunArtifacts(self._client, self.run_id, self.uri, self.session_path)
         self._sender = BackgroundSender(
@@ -380,6 +385,9 @@ class MlflowTracker:
                 "could not mark MLflow run %s %s at %s: %s", self.run_id, status, self.uri, one_line(error)
             )
         log.info("MLflow run %s ended %s", self.run_id, status)
+        if self._scratch is not None and not unsent:  # MLflow holds it all: the temporary journal goes
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch, self.journal = None, None
 
     def __enter__(self) -> MlflowTracker:
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -214,8 +215,9 @@ def test_unreachable_server_optional_turns_tracking_off(
 
 
 def test_backend_failure_mid_run_warns_and_never_raises(
-    sqlite_uri: str, caplog: pytest.LogCaptureFixture
+    sqlite_uri: str, caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the journal it keeps goes
     tracker = MlflowTracker(_experiment(), tracking_uri=sqlite_uri)
     run_id = tracker.start({"lr": 1.0}, {})
     tracker.log_metrics({"a": 1.0}, step=1)
@@ -227,6 +229,25 @@ def test_backend_failure_mid_run_warns_and_never_raises(
     messages = " ".join(record.getMessage() for record in caplog.records)
     assert "refused metrics" in messages and "1 metric records of run" in messages
     assert "digideep runs sync" in messages  # the journal keeps them for later
+    assert str(tracker.journal.path) in messages and tracker.journal.path.is_file()  # a temporary one, kept
+
+
+def test_a_tracker_without_a_session_leaves_no_temporary_folder(
+    sqlite_uri: str, unused_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    MlflowTracker(_experiment(), tracking_uri=sqlite_uri)  # never started
+    with MlflowTracker(_experiment(), tracking_uri=unused_uri, required=False, connect_timeout=1) as off:
+        off.start({}, {})
+    assert not list(scratch.iterdir())
+    with MlflowTracker(_experiment(), tracking_uri=sqlite_uri) as tracker:
+        tracker.start({}, {})
+        tracker.log_metrics({"a": 1.0}, step=1)
+        assert [folder.name[:17] for folder in scratch.iterdir()] == ["digideep-journal-"]
+    assert not list(scratch.iterdir())  # MLflow holds it all: the journal went with the run
+    assert _steps(MlflowClient(sqlite_uri), tracker.run_id, "a") == [1]
 
 
 def test_bad_input_is_reported(sqlite_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
